@@ -1,0 +1,40 @@
+# Makefile for the silo extension (PGXS).
+#
+#   make            build the extension and tools/silo-worker
+#   make install    install into the PostgreSQL found by PG_CONFIG
+#   make test       install what is missing, build, run every suite
+#   make demo       install what is missing, build, run a real demo
+#   make stress     the long randomized stress run
+
+EXTENSION = silo
+MODULE_big = silo
+OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
+DATA = $(wildcard sql/silo--*.sql)
+PGFILEDESC = "silo - durable multi-tenant job queue"
+
+PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
+PG_CPPFLAGS = -Isrc -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
+SHLIB_LINK =
+
+EXTRA_CLEAN = tools/silo-worker
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+LIBPQ_CFLAGS = -I$(shell $(PG_CONFIG) --includedir)
+LIBPQ_LIBS = -L$(shell $(PG_CONFIG) --libdir) -lpq -lpthread
+
+all: $(if $(wildcard tools/silo-worker.c),tools/silo-worker)
+
+tools/silo-worker: tools/silo-worker.c
+	$(CC) -O2 -g -std=gnu11 -Wall -Wextra -Werror $(LIBPQ_CFLAGS) -o $@ $< $(LIBPQ_LIBS)
+
+.PHONY: test demo stress
+test:
+	@bash test/run.sh
+
+demo:
+	@bash tools/demo.sh
+
+stress:
+	@SILO_STRESS=long bash test/run.sh

@@ -1,0 +1,386 @@
+/*-------------------------------------------------------------------------
+ *
+ * broker.c
+ *	  The silo broker background worker, and the maintenance it runs:
+ *	  promotion of tasks whose start time has come, the sweep of expired
+ *	  leases, and the purge of old terminal jobs (run by pg_cron).
+ *
+ * The broker serves one database (silo.database).  Each tick it promotes
+ * due tasks and notifies their task groups, then sweeps expired leases;
+ * it then sleeps until the next future task is due, at most one second,
+ * or until a committing transaction that created a future task sets its
+ * latch.  Each expired lease is handled in its own subtransaction, so one
+ * bad row is logged and skipped rather than stopping the sweep.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "silo.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "commands/extension.h"
+#include "funcapi.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/json.h"
+#include "utils/fmgrprotos.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+PGDLLEXPORT void silo_broker_main(Datum main_arg);
+
+PG_FUNCTION_INFO_V1(silo_run_maintenance);
+PG_FUNCTION_INFO_V1(silo_purge_terminal_jobs);
+PG_FUNCTION_INFO_V1(silo_now);
+PG_FUNCTION_INFO_V1(silo_broker_pid);
+
+#define BROKER_PROMOTE_BATCH	10000
+#define BROKER_SWEEP_BATCH		1000
+#define BROKER_MAX_SLEEP_MS		1000
+#define PURGE_BATCH				5000
+
+/*
+ * silo_promote_due_tasks: mark tasks whose start time has passed as due,
+ * in bounded batches, and notify each task group that got work.  SPI must
+ * be connected.  Returns the number promoted.
+ */
+int64
+silo_promote_due_tasks(TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[2] = {TIMESTAMPTZOID, INT4OID};
+	Datum		values[2];
+	int64		total = 0;
+
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(BROKER_PROMOTE_BATCH);
+	for (;;)
+	{
+		uint64		i;
+		uint64		n;
+
+		silo_exec(&plan,
+				  "UPDATE silo.task SET due = true WHERE ctid = ANY(ARRAY("
+				  " SELECT ctid FROM silo.task WHERE NOT due AND start_at <= $1"
+				  "  ORDER BY start_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
+				  " RETURNING task_group",
+				  2, types, values, NULL, false, 0);
+		n = SPI_processed;
+		for (i = 0; i < n; i++)
+			Async_Notify(SILO_NOTIFY_CHANNEL, silo_col_text(i, 1));
+		total += n;
+		if (n < BROKER_PROMOTE_BATCH)
+			break;
+	}
+	return total;
+}
+
+/*
+ * broker_expired_error_data: the error_data of a WORKER_CRASHED attempt.
+ */
+static Jsonb *
+broker_expired_error_data(SiloLease *lease, TimestampTz now)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"message\": ");
+	/* timestamptz_to_str returns a static buffer: copy the first result. */
+	escape_json(&buf, psprintf("lease expired at %s (swept at %s)",
+							   pstrdup(timestamptz_to_str(lease->expires_at)),
+							   timestamptz_to_str(now)));
+	appendStringInfoString(&buf, ", \"worker_id\": ");
+	escape_json(&buf, lease->worker_id);
+	appendStringInfoChar(&buf, '}');
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+}
+
+/*
+ * silo_sweep_expired_leases: end every expired lease as a failed attempt
+ * with code WORKER_CRASHED (retried per the job's policy; Cancelled when
+ * the job was flagged).  SPI must be connected.  Returns the number swept.
+ */
+int64
+silo_sweep_expired_leases(TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[2] = {TIMESTAMPTZOID, INT4OID};
+	Datum		values[2];
+	Datum	   *ids;
+	uint64		n;
+	uint64		i;
+	volatile int64 swept = 0;
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(BROKER_SWEEP_BATCH);
+	silo_exec(&plan,
+			  "SELECT task_id FROM silo.task_lease WHERE expires_at <= $1 LIMIT $2",
+			  2, types, values, NULL, false, 0);
+	n = SPI_processed;
+	ids = palloc(sizeof(Datum) * (n + 1));
+	for (i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		ids[i] = datumCopy(silo_col(i, 1, &isnull), false, UUID_LEN);
+	}
+
+	for (i = 0; i < n; i++)
+	{
+		BeginInternalSubTransaction(NULL);
+		MemoryContextSwitchTo(cxt);
+		PG_TRY();
+		{
+			SiloLease	lease;
+
+			if (silo_take_expired_lease(ids[i], now, &lease))
+			{
+				silo_finish_attempt(&lease, SILO_OUTCOME_FAILED, NULL, "WORKER_CRASHED",
+									broker_expired_error_data(&lease, now), now);
+				swept++;
+			}
+			ReleaseCurrentSubTransaction();
+			MemoryContextSwitchTo(cxt);
+			CurrentResourceOwner = owner;
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(cxt);
+			edata = CopyErrorData();
+			FlushErrorState();
+			RollbackAndReleaseCurrentSubTransaction();
+			MemoryContextSwitchTo(cxt);
+			CurrentResourceOwner = owner;
+			ereport(WARNING,
+					(errcode(edata->sqlerrcode),
+					 errmsg("silo: could not sweep the expired lease of task %s: %s",
+							silo_uuid_to_cstring(ids[i]), edata->message),
+					 errdetail("The lease stays in place and the sweep retries it.")));
+			FreeErrorData(edata);
+		}
+		PG_END_TRY();
+	}
+	return swept;
+}
+
+/*
+ * broker_next_sleep_ms: how long the broker may sleep: until the earliest
+ * future task is due, at most BROKER_MAX_SLEEP_MS.  SPI must be connected.
+ */
+static long
+broker_next_sleep_ms(TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	bool		isnull;
+	TimestampTz next;
+	long		ms;
+
+	silo_exec(&plan, "SELECT min(start_at) FROM silo.task WHERE NOT due",
+			  0, NULL, NULL, NULL, true, 0);
+	next = silo_col_ts(0, 1, &isnull);
+	if (isnull)
+		return BROKER_MAX_SLEEP_MS;
+	ms = (long) ((next - now) / 1000) + 1;
+	if (ms < 1)
+		ms = 1;
+	return Min(ms, BROKER_MAX_SLEEP_MS);
+}
+
+/*
+ * broker_tick: one round of promotion and sweep in its own transaction.
+ * An error is logged and the transaction aborted; the broker carries on.
+ * Returns the time to sleep.
+ */
+static long
+broker_tick(MemoryContext loopcxt)
+{
+	volatile long sleep_ms = BROKER_MAX_SLEEP_MS;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PG_TRY();
+	{
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pgstat_report_activity(STATE_RUNNING, "silo broker: promote and sweep");
+		if (OidIsValid(get_extension_oid("silo", true)))
+		{
+			TimestampTz now = silo_now_ts();
+
+			silo_spi_connect();
+			silo_promote_due_tasks(now);
+			silo_sweep_expired_leases(now);
+			sleep_ms = broker_next_sleep_ms(silo_now_ts());
+			silo_spi_finish();
+		}
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(loopcxt);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		sleep_ms = BROKER_MAX_SLEEP_MS;
+	}
+	PG_END_TRY();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return sleep_ms;
+}
+
+/*
+ * silo_broker_main: entry point of the broker background worker.
+ */
+void
+silo_broker_main(Datum main_arg)
+{
+	MemoryContext loopcxt;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	BackgroundWorkerInitializeConnection(silo_database, NULL, 0);
+	pgstat_report_appname("silo broker");
+	silo_shmem_set_broker(true);
+	ereport(LOG,
+			(errmsg("silo broker started for database \"%s\"", silo_database)));
+
+	loopcxt = AllocSetContextCreate(TopMemoryContext, "silo broker loop",
+									ALLOCSET_DEFAULT_SIZES);
+	for (;;)
+	{
+		long		sleep_ms = BROKER_MAX_SLEEP_MS;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		MemoryContextSwitchTo(loopcxt);
+		if (!silo_broker_paused)
+			sleep_ms = broker_tick(loopcxt);
+		MemoryContextReset(loopcxt);
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 sleep_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/*
+ * silo_run_maintenance: SQL entry point silo.run_maintenance(): one round
+ * of promotion and sweep, for tests and for operators whose broker is
+ * paused.
+ */
+Datum
+silo_run_maintenance(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[2];
+	bool		nulls[2] = {false, false};
+	TimestampTz now = silo_now_ts();
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "silo: run_maintenance must return a record");
+	silo_spi_connect();
+	values[0] = Int64GetDatum(silo_promote_due_tasks(now));
+	values[1] = Int64GetDatum(silo_sweep_expired_leases(now));
+	silo_spi_finish();
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
+}
+
+/*
+ * silo_purge_terminal_jobs: SQL entry point silo.purge_terminal_jobs(max):
+ * delete terminal jobs older than silo.retention, with their attempts,
+ * metadata and flags, in batches; at most max_jobs per call.  pg_cron runs
+ * it every minute.
+ */
+Datum
+silo_purge_terminal_jobs(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[2] = {TIMESTAMPTZOID, INT4OID};
+	Datum		values[2];
+	int32		max_jobs;
+	int64		total = 0;
+
+	silo_require_arg(fcinfo, 0, "max_jobs");
+	max_jobs = PG_GETARG_INT32(0);
+	silo_check_range("max_jobs", max_jobs, 1, INT32_MAX);
+	if (silo_retention_s == 0)
+		PG_RETURN_INT64(0);
+
+	values[0] = TimestampTzGetDatum(silo_now_ts() - (TimestampTz) silo_retention_s * USECS_PER_SEC);
+	silo_spi_connect();
+	while (total < max_jobs)
+	{
+		int64		n;
+
+		values[1] = Int32GetDatum((int32) Min(PURGE_BATCH, max_jobs - total));
+		silo_exec(&plan,
+				  "WITH j AS ("
+				  "  SELECT tenant, id FROM silo.job_status"
+				  "   WHERE status <> 'Pending' AND changed_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED),"
+				  " a AS (DELETE FROM silo.attempt x USING j"
+				  "   WHERE x.tenant = j.tenant AND x.job_id = j.id),"
+				  " m AS (DELETE FROM silo.job_metadata x"
+				  "   USING j, silo.job_info i, jsonb_each_text(i.metadata) e"
+				  "   WHERE i.tenant = j.tenant AND i.id = j.id AND x.tenant = j.tenant"
+				  "     AND x.key = e.key AND x.value = e.value AND x.job_id = j.id),"
+				  " c AS (DELETE FROM silo.job_cancellation x USING j"
+				  "   WHERE x.tenant = j.tenant AND x.job_id = j.id),"
+				  " i AS (DELETE FROM silo.job_info x USING j"
+				  "   WHERE x.tenant = j.tenant AND x.id = j.id),"
+				  " s AS (DELETE FROM silo.job_status x USING j"
+				  "   WHERE x.tenant = j.tenant AND x.id = j.id RETURNING 1)"
+				  "SELECT count(*) FROM s",
+				  2, types, values, NULL, false, 0);
+		n = silo_col_int64(0, 1);
+		total += n;
+		if (n < DatumGetInt32(values[1]))
+			break;
+		CHECK_FOR_INTERRUPTS();
+	}
+	silo_spi_finish();
+	PG_RETURN_INT64(total);
+}
+
+/*
+ * silo_now: SQL entry point silo.now(): silo's clock (wall clock plus the
+ * silo.clock_offset_ms test offset).
+ */
+Datum
+silo_now(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_TIMESTAMPTZ(silo_now_ts());
+}
+
+/*
+ * silo_broker_pid: SQL entry point silo.broker_pid(): the running broker's
+ * pid, or NULL when none runs (not preloaded, or restarting).
+ */
+Datum
+silo_broker_pid(PG_FUNCTION_ARGS)
+{
+	int			pid = silo_shmem_broker_pid();
+
+	if (pid == 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT32(pid);
+}

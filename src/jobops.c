@@ -1,0 +1,392 @@
+/*-------------------------------------------------------------------------
+ *
+ * jobops.c
+ *	  Operations on a whole job: silo.cancel, silo.restart, silo.expedite,
+ *	  silo.delete_job and silo.job_result.
+ *
+ * Each locks the job's status row first (FOR UPDATE), so it serializes
+ * with reports and with other job operations on the same job; allowed
+ * states and errors follow Silo (docs/states.md).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "silo.h"
+
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+
+PG_FUNCTION_INFO_V1(silo_cancel);
+PG_FUNCTION_INFO_V1(silo_restart);
+PG_FUNCTION_INFO_V1(silo_expedite);
+PG_FUNCTION_INFO_V1(silo_delete_job);
+PG_FUNCTION_INFO_V1(silo_job_result);
+
+/* What jobops_lock reads about a job. */
+typedef struct JobState
+{
+	char	   *status;			/* Pending or a terminal status */
+	bool		cancelled;		/* has a cancellation flag */
+	bool		running;		/* its current task is leased */
+	bool		has_task;		/* status row names a current task */
+	Datum		task_id;
+	TimestampTz next_attempt_at;
+	char	   *task_group;
+	int32		priority;
+	int32		attempt;
+	int64		seq;
+} JobState;
+
+static const Oid jobops_key_types[2] = {TEXTOID, TEXTOID};
+
+/*
+ * jobops_key_args: job_id and tenant arguments (0 and 1), checked.
+ */
+static void
+jobops_key_args(FunctionCallInfo fcinfo, Datum *values)
+{
+	char	   *job_id = silo_text_arg(fcinfo, 0, "job_id", 1, SILO_MAX_ID_LEN);
+	char	   *tenant = silo_text_arg(fcinfo, 1, "tenant", 1, SILO_MAX_TENANT_LEN);
+
+	values[0] = CStringGetTextDatum(tenant);
+	values[1] = CStringGetTextDatum(job_id);
+}
+
+/*
+ * jobops_not_found: raise SL003 for values (tenant, job_id).
+ */
+static void
+jobops_not_found(Datum *values)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_SILO_JOB_NOT_FOUND),
+			 errmsg("job not found"),
+			 errdetail("There is no job \"%s\" in tenant \"%s\".",
+					   TextDatumGetCString(values[1]), TextDatumGetCString(values[0]))));
+}
+
+/*
+ * jobops_lock: lock the job's status row and read its state; false when
+ * there is no such job.  SPI must be connected.  The flag and lease are
+ * read by a second statement, after the lock, so they are current.
+ */
+static bool
+jobops_lock(Datum *key, JobState *st)
+{
+	static SPIPlanPtr lock_plan = NULL;
+	static SPIPlanPtr state_plan = NULL;
+	static const Oid state_types[3] = {TEXTOID, TEXTOID, UUIDOID};
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	bool		isnull;
+
+	silo_exec(&lock_plan,
+			  "SELECT s.status, s.task_id, s.next_attempt_at, i.task_group, i.priority,"
+			  "  s.attempt, i.seq"
+			  "  FROM silo.job_status s JOIN silo.job_info i ON i.tenant = s.tenant AND i.id = s.id"
+			  " WHERE s.tenant = $1 AND s.id = $2 FOR UPDATE OF s",
+			  2, jobops_key_types, key, NULL, false, 0);
+	if (SPI_processed == 0)
+		return false;
+
+	st->status = silo_col_text(0, 1);
+	st->task_id = silo_col(0, 2, &isnull);
+	st->has_task = !isnull;
+	if (st->has_task)
+		st->task_id = datumCopy(st->task_id, false, UUID_LEN);
+	st->next_attempt_at = silo_col_ts(0, 3, NULL);
+	st->task_group = silo_col_text(0, 4);
+	st->priority = DatumGetInt16(silo_col(0, 5, &isnull));
+	st->attempt = silo_col_int32(0, 6);
+	st->seq = silo_col_int64(0, 7);
+
+	values[0] = key[0];
+	values[1] = key[1];
+	values[2] = st->has_task ? st->task_id : (Datum) 0;
+	nulls[2] = st->has_task ? ' ' : 'n';
+	silo_exec(&state_plan,
+			  "SELECT EXISTS (SELECT 1 FROM silo.job_cancellation WHERE tenant = $1 AND job_id = $2),"
+			  "       EXISTS (SELECT 1 FROM silo.task_lease WHERE task_id = $3)",
+			  3, state_types, values, nulls, false, 0);
+	st->cancelled = silo_col_bool(0, 1);
+	st->running = silo_col_bool(0, 2);
+	return true;
+}
+
+/*
+ * jobops_task_leased: whether task_id has a lease row now (a fresh
+ * snapshot: used after waiting for a concurrent lease to commit).
+ */
+static bool
+jobops_task_leased(Datum task_id)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[1] = {UUIDOID};
+	Datum		values[1];
+
+	values[0] = task_id;
+	silo_exec(&plan, "SELECT 1 FROM silo.task_lease WHERE task_id = $1",
+			  1, types, values, NULL, false, 1);
+	return SPI_processed > 0;
+}
+
+/*
+ * jobops_is_terminal: Succeeded, Failed or Cancelled.
+ */
+static bool
+jobops_is_terminal(JobState *st)
+{
+	return strcmp(st->status, "Pending") != 0;
+}
+
+/*
+ * silo_cancel: SQL entry point silo.cancel(job_id, tenant).  A pending job
+ * is cancelled at once (its task deleted); a running job gets the flag,
+ * which its worker sees on the next heartbeat.
+ */
+Datum
+silo_cancel(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr delete_plan = NULL;
+	static SPIPlanPtr end_plan = NULL;
+	static SPIPlanPtr flag_plan = NULL;
+	static const Oid types[7] = {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT2OID,
+	INT4OID, TIMESTAMPTZOID};
+	Datum		values[7];
+	JobState	st;
+	TimestampTz now = silo_now_ts();
+
+	jobops_key_args(fcinfo, values);
+	silo_spi_connect();
+	if (!jobops_lock(values, &st))
+		jobops_not_found(values);
+	if (st.cancelled)
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_JOB_ALREADY_CANCELLED),
+				 errmsg("job is already cancelled")));
+	if (jobops_is_terminal(&st))
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_JOB_ALREADY_TERMINAL),
+				 errmsg("job is already in terminal state"),
+				 errdetail("The job's status is %s.", st.status)));
+
+	values[2] = CStringGetTextDatum(st.task_group);
+	values[3] = TimestampTzGetDatum(st.next_attempt_at);
+	values[4] = Int16GetDatum((int16) st.priority);
+	values[5] = Int32GetDatum(st.attempt);
+	values[6] = TimestampTzGetDatum(now);
+
+	if (!st.running)
+	{
+		silo_exec(&delete_plan,
+				  "DELETE FROM silo.task WHERE task_group = $3 AND start_at = $4 AND priority = $5"
+				  " AND tenant = $1 AND job_id = $2 AND attempt = $6",
+				  7, types, values, NULL, false, 0);
+		if (SPI_processed == 1)
+			silo_exec(&end_plan,
+				  "UPDATE silo.job_status SET status = 'Cancelled', changed_at = $7, task_id = NULL,"
+				  "  next_attempt_at = NULL WHERE tenant = $1 AND id = $2",
+					  7, types, values, NULL, false, 0);
+		else if (!jobops_task_leased(st.task_id))
+		{
+			/* Neither pending nor leased: bookkeeping is broken. */
+			ereport(ERROR,
+					(errcode(ERRCODE_SILO_INTERNAL),
+					 errmsg("pending job \"%s\" has neither a task nor a lease",
+							TextDatumGetCString(values[1]))));
+		}
+		/* else a worker leased it while we waited for the task: flag only */
+	}
+	silo_exec(&flag_plan,
+			  "INSERT INTO silo.job_cancellation (tenant, job_id, cancelled_at) VALUES ($1, $2, $7)",
+			  7, types, values, NULL, false, 0);
+	silo_spi_finish();
+	PG_RETURN_VOID();
+}
+
+/*
+ * silo_restart: SQL entry point silo.restart(job_id, tenant).  A Failed or
+ * Cancelled job runs again with a fresh retry budget; attempt numbers keep
+ * rising.
+ */
+Datum
+silo_restart(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[7] = {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT2OID,
+	UUIDOID, INT8OID};
+	Datum		values[7];
+	JobState	st;
+	TimestampTz now = silo_now_ts();
+
+	jobops_key_args(fcinfo, values);
+	silo_spi_connect();
+	if (!jobops_lock(values, &st))
+		jobops_not_found(values);
+	if (strcmp(st.status, "Failed") != 0 && strcmp(st.status, "Cancelled") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_JOB_NOT_RESTARTABLE),
+				 errmsg("job is not restartable"),
+				 errdetail("Only Failed or Cancelled jobs can be restarted; this job is %s.",
+						   strcmp(st.status, "Pending") == 0 ?
+						   (st.running ? "Running" : "pending") : st.status)));
+
+	values[2] = CStringGetTextDatum(st.task_group);
+	values[3] = TimestampTzGetDatum(now);
+	values[4] = Int16GetDatum((int16) st.priority);
+	values[5] = silo_new_uuid();
+	values[6] = Int64GetDatum(st.seq);
+	silo_exec(&plan,
+			  "WITH n AS ("
+			  "  SELECT coalesce(max(attempt), 0) + 1 AS attempt FROM silo.attempt"
+			  "   WHERE tenant = $1 AND job_id = $2),"
+			  " c AS (DELETE FROM silo.job_cancellation WHERE tenant = $1 AND job_id = $2),"
+			  " t AS ("
+			  "  INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
+			  "    relative_attempt, task_id, seq, due)"
+			  "  SELECT $3, $4, $5, $1, $2, n.attempt, 1, $6, $7, true FROM n)"
+			  "UPDATE silo.job_status SET status = 'Pending', changed_at = $4, attempt = n.attempt,"
+			  "  relative_attempt = 1, task_id = $6, next_attempt_at = $4"
+			  "  FROM n WHERE tenant = $1 AND id = $2",
+			  7, types, values, NULL, false, 0);
+	silo_spi_finish();
+	silo_notify_group(st.task_group);
+	PG_RETURN_VOID();
+}
+
+/*
+ * silo_expedite: SQL entry point silo.expedite(job_id, tenant).  Moves a
+ * job's future task (first run or retry backoff) to now.
+ */
+Datum
+silo_expedite(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[7] = {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT2OID,
+	INT4OID, TIMESTAMPTZOID};
+	Datum		values[7];
+	JobState	st;
+	TimestampTz now = silo_now_ts();
+	const char *why = NULL;
+
+	jobops_key_args(fcinfo, values);
+	silo_spi_connect();
+	if (!jobops_lock(values, &st))
+		jobops_not_found(values);
+	if (jobops_is_terminal(&st))
+		why = "job is in a terminal state";
+	else if (st.cancelled)
+		why = "job is cancelled";
+	else if (st.running)
+		why = "job is running";
+	else if (st.next_attempt_at <= now)
+		why = "task is already ready to run";
+	if (why)
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_JOB_NOT_EXPEDITABLE),
+				 errmsg("job cannot be expedited: %s", why),
+				 errdetail("Only a job waiting for a future start or a retry backoff can be expedited.")));
+
+	values[2] = CStringGetTextDatum(st.task_group);
+	values[3] = TimestampTzGetDatum(st.next_attempt_at);
+	values[4] = Int16GetDatum((int16) st.priority);
+	values[5] = Int32GetDatum(st.attempt);
+	values[6] = TimestampTzGetDatum(now);
+	silo_exec(&plan,
+			  "WITH t AS ("
+			  "  UPDATE silo.task SET start_at = $7, due = true"
+			  "   WHERE task_group = $3 AND start_at = $4 AND priority = $5"
+			  "     AND tenant = $1 AND job_id = $2 AND attempt = $6 RETURNING 1)"
+			  "UPDATE silo.job_status SET next_attempt_at = $7"
+			  "  WHERE tenant = $1 AND id = $2 AND EXISTS (SELECT 1 FROM t)",
+			  7, types, values, NULL, false, 0);
+	if (SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_JOB_NOT_EXPEDITABLE),
+				 errmsg("job cannot be expedited: no pending task")));
+	silo_spi_finish();
+	silo_notify_group(st.task_group);
+	PG_RETURN_VOID();
+}
+
+/*
+ * silo_delete_job: SQL entry point silo.delete_job(job_id, tenant).
+ * Removes a terminal job with its attempts, metadata and flag; false when
+ * there is no such job.
+ */
+Datum
+silo_delete_job(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		values[2];
+	JobState	st;
+
+	jobops_key_args(fcinfo, values);
+	silo_spi_connect();
+	if (!jobops_lock(values, &st))
+	{
+		silo_spi_finish();
+		PG_RETURN_BOOL(false);
+	}
+	if (!jobops_is_terminal(&st))
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_JOB_NOT_TERMINAL),
+				 errmsg("job is not in a terminal state"),
+				 errdetail("Only Succeeded, Failed or Cancelled jobs can be deleted."),
+				 errhint("Cancel the job first.")));
+	silo_exec(&plan,
+			  "WITH a AS (DELETE FROM silo.attempt WHERE tenant = $1 AND job_id = $2),"
+			  " m AS (DELETE FROM silo.job_metadata m USING silo.job_info i, jsonb_each_text(i.metadata) e"
+			  "   WHERE i.tenant = $1 AND i.id = $2 AND m.tenant = $1 AND m.key = e.key"
+			  "     AND m.value = e.value AND m.job_id = $2),"
+			  " c AS (DELETE FROM silo.job_cancellation WHERE tenant = $1 AND job_id = $2),"
+			  " i AS (DELETE FROM silo.job_info WHERE tenant = $1 AND id = $2)"
+			  "DELETE FROM silo.job_status WHERE tenant = $1 AND id = $2",
+			  2, jobops_key_types, values, NULL, false, 0);
+	silo_spi_finish();
+	PG_RETURN_BOOL(true);
+}
+
+/*
+ * silo_job_result: SQL entry point silo.job_result(job_id, tenant).  The
+ * outcome of a terminal job, from its latest attempt (a job cancelled
+ * before it ran has none: only status and time are set).
+ */
+Datum
+silo_job_result(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan = NULL;
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Datum		values[2];
+	Datum		out[5];
+	bool		outnulls[5];
+	char	   *status;
+	int			c;
+
+	jobops_key_args(fcinfo, values);
+	InitMaterializedSRF(fcinfo, 0);
+	silo_spi_connect();
+	silo_exec(&plan,
+			  "SELECT s.status, CASE WHEN s.status = 'Succeeded' THEN a.result END,"
+			  "  a.error_code, a.error_data, s.changed_at"
+			  "  FROM silo.job_status s"
+			  "  LEFT JOIN LATERAL (SELECT * FROM silo.attempt a WHERE a.tenant = s.tenant"
+			  "     AND a.job_id = s.id ORDER BY a.attempt DESC LIMIT 1) a ON true"
+			  " WHERE s.tenant = $1 AND s.id = $2",
+			  2, jobops_key_types, values, NULL, true, 0);
+	if (SPI_processed == 0)
+		jobops_not_found(values);
+	status = silo_col_text(0, 1);
+	if (strcmp(status, "Pending") == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_JOB_NOT_TERMINAL),
+				 errmsg("job is not in a terminal state"),
+				 errdetail("The job has not finished yet."),
+				 errhint("Poll again later, or LISTEN and poll when woken.")));
+	for (c = 0; c < 5; c++)
+		out[c] = silo_col(0, c + 1, &outnulls[c]);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
+	silo_spi_finish();
+	return (Datum) 0;
+}

@@ -1,0 +1,193 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease.c
+ *	  silo.lease and silo.heartbeat: the worker's side of taking work.
+ *
+ * Leasing moves tasks from silo.task to silo.task_lease in one statement:
+ * the due tasks of the group are locked in ready order with
+ * FOR UPDATE SKIP LOCKED (so a worker never waits on, or receives,
+ * another worker's rows), deleted by ctid (a TID scan, never a join), and
+ * their lease rows inserted.  The job_status row is not touched: a job is
+ * Running exactly when its current task has a lease row.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "silo.h"
+
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+
+PG_FUNCTION_INFO_V1(silo_lease);
+PG_FUNCTION_INFO_V1(silo_heartbeat);
+
+#define LEASED_TASK_NATTS 15
+
+/*
+ * lease_promote_group: make the group's due-but-unpromoted tasks leasable,
+ * so that a due task is leasable whether or not the broker has run.
+ * Usually this finds nothing: the partial index task_future holds only
+ * tasks that are not yet promoted.
+ */
+static void
+lease_promote_group(const char *task_group, TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[2] = {TIMESTAMPTZOID, TEXTOID};
+	Datum		values[2];
+
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = CStringGetTextDatum(task_group);
+	silo_exec(&plan,
+			  "UPDATE silo.task SET due = true WHERE ctid = ANY(ARRAY("
+			  " SELECT ctid FROM silo.task"
+			  "  WHERE NOT due AND start_at <= $1 AND task_group = $2"
+			  "  ORDER BY start_at LIMIT 1000 FOR UPDATE SKIP LOCKED))",
+			  2, types, values, NULL, false, 0);
+}
+
+/*
+ * silo_lease: SQL entry point silo.lease(worker_id, task_group, max_tasks,
+ * lease_ms).  Returns up to max_tasks rows of silo.leased_task in priority
+ * order.  Needs READ COMMITTED: under REPEATABLE READ a locked-and-deleted
+ * task raises a serialization error instead of being skipped.
+ */
+Datum
+silo_lease(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[5] = {TEXTOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *worker_id;
+	char	   *task_group;
+	int32		max_tasks;
+	int32		lease_ms;
+	TimestampTz now;
+	TimestampTz expires;
+	Datum		values[5];
+	uint64		i;
+
+	worker_id = silo_text_arg(fcinfo, 0, "worker_id", 1, SILO_MAX_WORKER_LEN);
+	task_group = silo_text_arg(fcinfo, 1, "task_group", 1, SILO_MAX_GROUP_LEN);
+	silo_require_arg(fcinfo, 2, "max_tasks");
+	max_tasks = PG_GETARG_INT32(2);
+	silo_check_range("max_tasks", max_tasks, 1, SILO_MAX_LEASE_BATCH);
+	silo_require_arg(fcinfo, 3, "lease_ms");
+	lease_ms = PG_GETARG_INT32(3);
+	silo_check_range("lease_ms", lease_ms, SILO_MIN_LEASE_MS, SILO_MAX_LEASE_MS);
+
+	InitMaterializedSRF(fcinfo, 0);
+
+	now = silo_now_ts();
+	expires = now + (TimestampTz) lease_ms * 1000;
+
+	silo_spi_connect();
+	lease_promote_group(task_group, now);
+
+	values[0] = CStringGetTextDatum(task_group);
+	values[1] = Int32GetDatum(max_tasks);
+	values[2] = CStringGetTextDatum(worker_id);
+	values[3] = TimestampTzGetDatum(now);
+	values[4] = TimestampTzGetDatum(expires);
+	silo_exec(&plan,
+			  "WITH t AS ("
+			  "  DELETE FROM silo.task WHERE ctid = ANY(ARRAY("
+			  "    SELECT ctid FROM silo.task WHERE task_group = $1 AND due"
+			  "     ORDER BY priority, start_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED))"
+			  "  RETURNING task_id, task_group, tenant, job_id, attempt, relative_attempt,"
+			  "    priority, start_at, seq),"
+			  " l AS ("
+			  "  INSERT INTO silo.task_lease (task_id, kind, task_group, tenant, job_id, attempt,"
+			  "    relative_attempt, priority, start_at, seq, worker_id, started_at, expires_at)"
+			  "  SELECT task_id, 'run', task_group, tenant, job_id, attempt, relative_attempt,"
+			  "    priority, start_at, seq, $3, $4, $5 FROM t)"
+			  "SELECT t.task_id, t.tenant, t.job_id, t.attempt, t.relative_attempt,"
+			  "  i.retry_count IS NULL OR t.relative_attempt > i.retry_count,"
+			  "  t.priority::integer, t.task_group, i.payload, i.metadata"
+			  "  FROM t JOIN silo.job_info i ON i.tenant = t.tenant AND i.id = t.job_id"
+			  " ORDER BY t.priority, t.start_at, t.seq",
+			  5, types, values, NULL, false, 0);
+
+	for (i = 0; i < SPI_processed; i++)
+	{
+		Datum		out[LEASED_TASK_NATTS];
+		bool		outnulls[LEASED_TASK_NATTS];
+		int			c;
+
+		memset(outnulls, 0, sizeof(outnulls));
+		out[0] = silo_col(i, 1, &outnulls[0]);	/* task_id */
+		out[1] = CStringGetTextDatum("run");	/* kind */
+		for (c = 2; c <= 10; c++)	/* tenant .. metadata */
+			out[c] = silo_col(i, c, &outnulls[c]);
+		out[11] = TimestampTzGetDatum(expires);
+		outnulls[12] = outnulls[13] = outnulls[14] = true;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
+	}
+	silo_spi_finish();
+	return (Datum) 0;
+}
+
+/*
+ * silo_heartbeat: SQL entry point silo.heartbeat(task_id, worker_id,
+ * lease_ms).  Extends a live lease owned by worker_id; returns whether the
+ * job has been cancelled.  The update touches only expires_at, so it is a
+ * HOT update.
+ */
+Datum
+silo_heartbeat(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr check_plan = NULL;
+	static const Oid types[4] = {UUIDOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum		values[4];
+	char	   *worker_id;
+	int32		lease_ms;
+	TimestampTz now;
+	bool		cancelled;
+
+	silo_require_arg(fcinfo, 0, "task_id");
+	worker_id = silo_text_arg(fcinfo, 1, "worker_id", 1, SILO_MAX_WORKER_LEN);
+	silo_require_arg(fcinfo, 2, "lease_ms");
+	lease_ms = PG_GETARG_INT32(2);
+	silo_check_range("lease_ms", lease_ms, SILO_MIN_LEASE_MS, SILO_MAX_LEASE_MS);
+
+	now = silo_now_ts();
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = CStringGetTextDatum(worker_id);
+	values[2] = TimestampTzGetDatum(now + (TimestampTz) lease_ms * 1000);
+	values[3] = TimestampTzGetDatum(now);
+
+	silo_spi_connect();
+	silo_exec(&plan,
+			  "UPDATE silo.task_lease l SET expires_at = $3"
+			  " WHERE task_id = $1 AND worker_id = $2 AND expires_at > $4"
+			  " RETURNING EXISTS (SELECT 1 FROM silo.job_cancellation c"
+			  "   WHERE c.tenant = l.tenant AND c.job_id = l.job_id)",
+			  4, types, values, NULL, false, 0);
+	if (SPI_processed == 1)
+	{
+		cancelled = silo_col_bool(0, 1);
+		silo_spi_finish();
+		PG_RETURN_BOOL(cancelled);
+	}
+
+	/* Say why: no lease (or an expired one) versus another worker's. */
+	silo_exec(&check_plan,
+			  "SELECT worker_id = $2, expires_at > $4 FROM silo.task_lease"
+			  " WHERE task_id = $1",
+			  4, types, values, NULL, true, 1);
+	if (SPI_processed == 1 && silo_col_bool(0, 2) && !silo_col_bool(0, 1))
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_LEASE_OWNER_MISMATCH),
+				 errmsg("lease owner mismatch"),
+				 errdetail("Task %s is leased by another worker.",
+						   silo_uuid_to_cstring(values[0]))));
+	ereport(ERROR,
+			(errcode(ERRCODE_SILO_LEASE_NOT_FOUND),
+			 errmsg("lease not found"),
+			 errdetail(SPI_processed == 1 ?
+					   "The lease on task %s has expired; the task will be retried." :
+					   "Task %s has no lease: it was never leased, was already reported, or its expired lease was swept.",
+					   silo_uuid_to_cstring(values[0]))));
+	PG_RETURN_BOOL(false);		/* keep compiler quiet */
+}

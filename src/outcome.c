@@ -1,0 +1,415 @@
+/*-------------------------------------------------------------------------
+ *
+ * outcome.c
+ *	  How an attempt ends: silo.complete, silo.fail, silo.ack_cancel,
+ *	  silo.release, and silo_finish_attempt, the one transition they share
+ *	  with the broker's lease sweep.
+ *
+ * Every report first deletes its lease row (the delete is the lock: a
+ * second report, or the sweep, finds nothing and gets "lease not found"),
+ * then locks the job_status row, then writes the attempt row and the new
+ * status -- and, for a retry, the next task -- in the same transaction.
+ * Lock order everywhere is lease, then job_status, then task, which cannot
+ * deadlock with cancel (job_status, then task or lease-read).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "silo.h"
+
+#include <math.h>
+
+#include "catalog/pg_type.h"
+#include "common/pg_prng.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+
+PG_FUNCTION_INFO_V1(silo_complete);
+PG_FUNCTION_INFO_V1(silo_fail);
+PG_FUNCTION_INFO_V1(silo_ack_cancel);
+PG_FUNCTION_INFO_V1(silo_release);
+
+#define LEASE_COLUMNS \
+	"kind, task_group, tenant, job_id, attempt, relative_attempt, priority," \
+	" start_at, seq, worker_id, started_at, expires_at, task_id"
+
+/*
+ * outcome_read_lease: fill *lease from row 0 of a RETURNING LEASE_COLUMNS.
+ */
+static void
+outcome_read_lease(SiloLease *lease)
+{
+	bool		isnull;
+
+	lease->kind = silo_col_text(0, 1);
+	lease->task_group = silo_col_text(0, 2);
+	lease->tenant = silo_col_text(0, 3);
+	lease->job_id = silo_col_text(0, 4);
+	lease->attempt = silo_col_int32(0, 5);
+	lease->relative_attempt = silo_col_int32(0, 6);
+	lease->priority = DatumGetInt16(silo_col(0, 7, &isnull));
+	lease->start_at = silo_col_ts(0, 8, NULL);
+	lease->seq = silo_col_int64(0, 9);
+	lease->worker_id = silo_col_text(0, 10);
+	lease->started_at = silo_col_ts(0, 11, NULL);
+	lease->expires_at = silo_col_ts(0, 12, NULL);
+	lease->task_id = datumCopy(silo_col(0, 13, &isnull), false, UUID_LEN);
+}
+
+/*
+ * outcome_take_lease: delete the lease a worker reports on, checking that
+ * it exists, has not expired and belongs to worker_id.  An error rolls the
+ * delete back.  SPI must be connected.
+ */
+static void
+outcome_take_lease(Datum task_id, const char *worker_id, TimestampTz now, SiloLease *lease)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[1] = {UUIDOID};
+	Datum		values[1];
+
+	values[0] = task_id;
+	silo_exec(&plan,
+			  "DELETE FROM silo.task_lease WHERE task_id = $1 RETURNING " LEASE_COLUMNS,
+			  1, types, values, NULL, false, 0);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_LEASE_NOT_FOUND),
+				 errmsg("lease not found"),
+				 errdetail("Task %s has no lease: it was never leased, was already reported, or its expired lease was swept.",
+						   silo_uuid_to_cstring(task_id))));
+	outcome_read_lease(lease);
+	if (lease->expires_at <= now)
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_LEASE_NOT_FOUND),
+				 errmsg("lease not found"),
+				 errdetail("The lease on task %s expired at %s; the task will be retried.",
+						   silo_uuid_to_cstring(task_id),
+						   timestamptz_to_str(lease->expires_at))));
+	if (strcmp(lease->worker_id, worker_id) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_LEASE_OWNER_MISMATCH),
+				 errmsg("lease owner mismatch"),
+				 errdetail("Task %s is leased by another worker.",
+						   silo_uuid_to_cstring(task_id))));
+}
+
+/*
+ * silo_take_expired_lease: the sweep's version: delete the lease only if
+ * it has expired; false when it is gone or was renewed meanwhile.
+ */
+bool
+silo_take_expired_lease(Datum task_id, TimestampTz now, SiloLease *lease)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[2] = {UUIDOID, TIMESTAMPTZOID};
+	Datum		values[2];
+
+	values[0] = task_id;
+	values[1] = TimestampTzGetDatum(now);
+	silo_exec(&plan,
+			  "DELETE FROM silo.task_lease WHERE task_id = $1 AND expires_at <= $2"
+			  " RETURNING " LEASE_COLUMNS,
+			  2, types, values, NULL, false, 0);
+	if (SPI_processed == 0)
+		return false;
+	outcome_read_lease(lease);
+	return true;
+}
+
+/*
+ * silo_retry_delay_ms: delay before retry k (k = 1 for the first retry):
+ * min(initial * factor^(k-1) * r, max), r = 1 or uniform in [1, 2).
+ * Silo's own formula uses factor^k, delaying the first retry too long;
+ * this follows its documentation instead.
+ */
+int64
+silo_retry_delay_ms(const SiloRetryPolicy *policy, int32 retry_number)
+{
+	double		delay;
+
+	delay = (double) policy->initial_ms * pow(policy->factor, (double) (retry_number - 1));
+	if (policy->randomize)
+		delay *= 1.0 + pg_prng_double(&pg_global_prng_state);
+	if (!(delay < (double) policy->max_ms))
+		return policy->max_ms;
+	return (int64) delay;
+}
+
+/*
+ * outcome_lock_job: lock the job's status row and read its retry policy.
+ * Returns whether the job has a cancellation flag, read after the lock so
+ * that a cancel committed while we waited is seen.
+ */
+static bool
+outcome_lock_job(SiloLease *lease, SiloRetryPolicy *policy)
+{
+	static SPIPlanPtr lock_plan = NULL;
+	static SPIPlanPtr flag_plan = NULL;
+	static const Oid types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
+	bool		isnull;
+	Datum		current_task;
+
+	values[0] = CStringGetTextDatum(lease->tenant);
+	values[1] = CStringGetTextDatum(lease->job_id);
+	silo_exec(&lock_plan,
+			  "SELECT s.status, s.task_id, i.retry_count, i.retry_initial_ms, i.retry_max_ms,"
+			  "  i.retry_factor, i.retry_randomize"
+			  "  FROM silo.job_status s JOIN silo.job_info i ON i.tenant = s.tenant AND i.id = s.id"
+			  " WHERE s.tenant = $1 AND s.id = $2 FOR UPDATE OF s",
+			  2, types, values, NULL, false, 0);
+	if (SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_INTERNAL),
+				 errmsg("job \"%s\" of tenant \"%s\" has a lease but no status row",
+						lease->job_id, lease->tenant)));
+	current_task = silo_col(0, 2, &isnull);
+	if (strcmp(silo_col_text(0, 1), "Pending") != 0 || isnull ||
+		memcmp(DatumGetUUIDP(current_task), DatumGetUUIDP(lease->task_id), UUID_LEN) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_INTERNAL),
+				 errmsg("job \"%s\" of tenant \"%s\" is not running task %s",
+						lease->job_id, lease->tenant, silo_uuid_to_cstring(lease->task_id))));
+
+	silo_col(0, 3, &isnull);
+	if (isnull)
+		policy->count = -1;
+	else
+	{
+		policy->count = silo_col_int32(0, 3);
+		policy->initial_ms = silo_col_int64(0, 4);
+		policy->max_ms = silo_col_int64(0, 5);
+		policy->factor = DatumGetFloat8(silo_col(0, 6, &isnull));
+		policy->randomize = silo_col_bool(0, 7);
+	}
+
+	silo_exec(&flag_plan,
+			  "SELECT 1 FROM silo.job_cancellation WHERE tenant = $1 AND job_id = $2",
+			  2, types, values, NULL, false, 1);
+	return SPI_processed > 0;
+}
+
+/*
+ * silo_finish_attempt: end the attempt behind a taken lease.  Writes the
+ * attempt row and either a terminal status or, for a failure with retries
+ * left, the next task and a Pending status.  A failure of a cancelled job
+ * ends it Cancelled; a success ends it Succeeded even if a cancel is
+ * pending (the work was done).  SPI must be connected.
+ */
+void
+silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
+					const char *error_code, Jsonb *error_data, TimestampTz now)
+{
+	static SPIPlanPtr end_plan = NULL;
+	static SPIPlanPtr retry_plan = NULL;
+	static SPIPlanPtr flag_plan = NULL;
+	static const Oid types[18] = {
+		TEXTOID, TEXTOID, INT4OID, INT4OID, UUIDOID, TEXTOID, TEXTOID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, JSONBOID, TEXTOID, JSONBOID,
+		TEXTOID, TIMESTAMPTZOID, INT2OID, UUIDOID, INT8OID, BOOLOID
+	};
+	Datum		values[18];
+	char		nulls[18];
+	SiloRetryPolicy policy;
+	bool		cancelled;
+	const char *status;
+	bool		retry = false;
+	int			i;
+
+	cancelled = outcome_lock_job(lease, &policy);
+
+	switch (outcome)
+	{
+		case SILO_OUTCOME_SUCCEEDED:
+			status = "Succeeded";
+			break;
+		case SILO_OUTCOME_CANCELLED:
+			status = "Cancelled";
+			break;
+		default:
+			if (cancelled)
+				status = "Cancelled";
+			else
+			{
+				status = "Failed";
+				retry = policy.count >= 0 && lease->relative_attempt <= policy.count;
+			}
+			break;
+	}
+
+	for (i = 0; i < 18; i++)
+		nulls[i] = ' ';
+	values[0] = CStringGetTextDatum(lease->tenant);
+	values[1] = CStringGetTextDatum(lease->job_id);
+	values[2] = Int32GetDatum(lease->attempt);
+	values[3] = Int32GetDatum(lease->relative_attempt);
+	values[4] = lease->task_id;
+	values[5] = CStringGetTextDatum(lease->worker_id);
+	values[6] = CStringGetTextDatum(status);
+	values[7] = TimestampTzGetDatum(lease->started_at);
+	values[8] = TimestampTzGetDatum(now);
+	values[9] = result ? JsonbPGetDatum(result) : (Datum) 0;
+	nulls[9] = result ? ' ' : 'n';
+	values[10] = error_code ? CStringGetTextDatum(error_code) : (Datum) 0;
+	nulls[10] = error_code ? ' ' : 'n';
+	values[11] = error_data ? JsonbPGetDatum(error_data) : (Datum) 0;
+	nulls[11] = error_data ? ' ' : 'n';
+
+	if (!retry)
+	{
+		silo_exec(&end_plan,
+				  "WITH a AS ("
+				  "  INSERT INTO silo.attempt (tenant, job_id, attempt, relative_attempt, task_id,"
+				  "    worker_id, status, started_at, finished_at, result, error_code, error_data)"
+				  "  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12))"
+				  "UPDATE silo.job_status SET status = $7, changed_at = $9, task_id = NULL,"
+				  "  next_attempt_at = NULL WHERE tenant = $1 AND id = $2",
+				  12, types, values, nulls, false, 0);
+		if (outcome == SILO_OUTCOME_CANCELLED && !cancelled)
+			silo_exec(&flag_plan,
+					  "INSERT INTO silo.job_cancellation (tenant, job_id, cancelled_at)"
+					  " VALUES ($1, $2, $9) ON CONFLICT DO NOTHING",
+					  9, types, values, nulls, false, 0);
+		return;
+	}
+
+	{
+		int64		delay = silo_retry_delay_ms(&policy, lease->relative_attempt);
+		TimestampTz start = now + delay * 1000;
+
+		values[12] = CStringGetTextDatum(lease->task_group);
+		values[13] = TimestampTzGetDatum(start);
+		values[14] = Int16GetDatum((int16) lease->priority);
+		values[15] = silo_new_uuid();
+		values[16] = Int64GetDatum(lease->seq);
+		values[17] = BoolGetDatum(delay == 0);
+		silo_exec(&retry_plan,
+				  "WITH a AS ("
+				  "  INSERT INTO silo.attempt (tenant, job_id, attempt, relative_attempt, task_id,"
+				  "    worker_id, status, started_at, finished_at, result, error_code, error_data)"
+				  "  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)),"
+				  " t AS ("
+				  "  INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
+				  "    relative_attempt, task_id, seq, due)"
+				  "  VALUES ($13, $14, $15, $1, $2, $3 + 1, $4 + 1, $16, $17, $18))"
+				  "UPDATE silo.job_status SET status = 'Pending', changed_at = $9,"
+				  "  attempt = $3 + 1, relative_attempt = $4 + 1, task_id = $16, next_attempt_at = $14"
+				  " WHERE tenant = $1 AND id = $2",
+				  18, types, values, nulls, false, 0);
+		if (delay == 0)
+			silo_notify_group(lease->task_group);
+		else
+			silo_wake_broker_at_commit();
+	}
+}
+
+/*
+ * outcome_report: the shared body of complete, fail and ack_cancel.
+ */
+static void
+outcome_report(FunctionCallInfo fcinfo, SiloOutcome outcome, Jsonb *result,
+			   const char *error_code, Jsonb *error_data)
+{
+	SiloLease	lease;
+	char	   *worker_id;
+	TimestampTz now = silo_now_ts();
+
+	silo_require_arg(fcinfo, 0, "task_id");
+	worker_id = silo_text_arg(fcinfo, 1, "worker_id", 1, SILO_MAX_WORKER_LEN);
+
+	silo_spi_connect();
+	outcome_take_lease(PG_GETARG_DATUM(0), worker_id, now, &lease);
+	silo_finish_attempt(&lease, outcome, result, error_code, error_data, now);
+	silo_spi_finish();
+}
+
+/*
+ * silo_complete: SQL entry point silo.complete(task_id, worker_id, result).
+ */
+Datum
+silo_complete(PG_FUNCTION_ARGS)
+{
+	outcome_report(fcinfo, SILO_OUTCOME_SUCCEEDED,
+				   PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2), NULL, NULL);
+	PG_RETURN_VOID();
+}
+
+/*
+ * silo_fail: SQL entry point silo.fail(task_id, worker_id, error_code,
+ * error_data).  Retries per the job's policy.
+ */
+Datum
+silo_fail(PG_FUNCTION_ARGS)
+{
+	char	   *error_code = silo_text_arg(fcinfo, 2, "error_code", 1, SILO_MAX_ERROR_CODE_LEN);
+
+	outcome_report(fcinfo, SILO_OUTCOME_FAILED, NULL, error_code,
+				   PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3));
+	PG_RETURN_VOID();
+}
+
+/*
+ * silo_ack_cancel: SQL entry point silo.ack_cancel(task_id, worker_id).
+ * Ends the job Cancelled, whether or not a cancel was requested (a worker
+ * may cancel its own job).
+ */
+Datum
+silo_ack_cancel(PG_FUNCTION_ARGS)
+{
+	outcome_report(fcinfo, SILO_OUTCOME_CANCELLED, NULL, NULL, NULL);
+	PG_RETURN_VOID();
+}
+
+/*
+ * silo_release: SQL entry point silo.release(task_id, worker_id).  Hands
+ * the task back, due at once and in its old place in the queue, without
+ * using up an attempt.  A released task of a cancelled job ends the job
+ * Cancelled instead.
+ */
+Datum
+silo_release(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[9] = {
+		TEXTOID, TEXTOID, INT4OID, INT4OID, TEXTOID, TIMESTAMPTZOID, INT2OID,
+		UUIDOID, INT8OID
+	};
+	Datum		values[9];
+	SiloLease	lease;
+	SiloRetryPolicy policy;
+	char	   *worker_id;
+	TimestampTz now = silo_now_ts();
+
+	silo_require_arg(fcinfo, 0, "task_id");
+	worker_id = silo_text_arg(fcinfo, 1, "worker_id", 1, SILO_MAX_WORKER_LEN);
+
+	silo_spi_connect();
+	outcome_take_lease(PG_GETARG_DATUM(0), worker_id, now, &lease);
+	if (outcome_lock_job(&lease, &policy))
+	{
+		silo_finish_attempt(&lease, SILO_OUTCOME_CANCELLED, NULL, "RELEASED", NULL, now);
+		silo_spi_finish();
+		PG_RETURN_VOID();
+	}
+
+	values[0] = CStringGetTextDatum(lease.tenant);
+	values[1] = CStringGetTextDatum(lease.job_id);
+	values[2] = Int32GetDatum(lease.attempt);
+	values[3] = Int32GetDatum(lease.relative_attempt);
+	values[4] = CStringGetTextDatum(lease.task_group);
+	values[5] = TimestampTzGetDatum(lease.start_at);
+	values[6] = Int16GetDatum((int16) lease.priority);
+	values[7] = silo_new_uuid();
+	values[8] = Int64GetDatum(lease.seq);
+	silo_exec(&plan,
+			  "WITH t AS ("
+			  "  INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
+			  "    relative_attempt, task_id, seq, due)"
+			  "  VALUES ($5, $6, $7, $1, $2, $3, $4, $8, $9, true))"
+			  "UPDATE silo.job_status SET task_id = $8, next_attempt_at = $6"
+			  " WHERE tenant = $1 AND id = $2",
+			  9, types, values, NULL, false, 0);
+	silo_spi_finish();
+	silo_notify_group(lease.task_group);
+	PG_RETURN_VOID();
+}

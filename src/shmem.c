@@ -1,0 +1,169 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.c
+ *	  Silo's shared memory: where the broker's latch is published, and the
+ *	  per-task-group slots that coalesce wake-up notifications.
+ *
+ * Locking: broker_pid and broker_latch are written under the tranche's
+ * LWLock and read under it.  The notification slots are lock-free atomics:
+ * a compare-and-swap on a slot's last-sent time decides which backend
+ * sends the next NOTIFY.  Slots are indexed by a hash of the task group,
+ * so two groups can share a slot; that only makes notifications rarer,
+ * and workers also poll, so no work is lost.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "silo.h"
+
+#include "commands/async.h"
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+
+#define SILO_NOTIFY_SLOTS 1024
+
+typedef struct SiloShared
+{
+	LWLock	   *lock;
+	pid_t		broker_pid;
+	Latch	   *broker_latch;
+	pg_atomic_uint64 notify_slots[SILO_NOTIFY_SLOTS];
+} SiloShared;
+
+static SiloShared *silo_shared = NULL;
+
+static void silo_shmem_detach_broker(int code, Datum arg);
+
+/*
+ * silo_shmem_request: reserve the struct and one named LWLock.
+ */
+void
+silo_shmem_request(void)
+{
+	RequestAddinShmemSpace(MAXALIGN(sizeof(SiloShared)));
+	RequestNamedLWLockTranche("silo", 1);
+}
+
+/*
+ * silo_shmem_startup: create the struct on first start (and again after a
+ * crash restart, when shared memory is re-initialised).
+ */
+void
+silo_shmem_startup(void)
+{
+	bool		found;
+
+	silo_shared = NULL;
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	silo_shared = ShmemInitStruct("silo", sizeof(SiloShared), &found);
+	if (!found)
+	{
+		int			i;
+
+		silo_shared->lock = &(GetNamedLWLockTranche("silo"))->lock;
+		silo_shared->broker_pid = 0;
+		silo_shared->broker_latch = NULL;
+		for (i = 0; i < SILO_NOTIFY_SLOTS; i++)
+			pg_atomic_init_u64(&silo_shared->notify_slots[i], 0);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * silo_shmem_set_broker: the broker publishes its latch so that committing
+ * transactions can wake it; it withdraws it when it exits.
+ */
+void
+silo_shmem_set_broker(bool attach)
+{
+	if (silo_shared == NULL)
+		return;
+	LWLockAcquire(silo_shared->lock, LW_EXCLUSIVE);
+	silo_shared->broker_pid = attach ? MyProcPid : 0;
+	silo_shared->broker_latch = attach ? MyLatch : NULL;
+	LWLockRelease(silo_shared->lock);
+	if (attach)
+		before_shmem_exit(silo_shmem_detach_broker, (Datum) 0);
+}
+
+/*
+ * silo_shmem_detach_broker: exit callback clearing the broker's entry.
+ */
+static void
+silo_shmem_detach_broker(int code, Datum arg)
+{
+	if (silo_shared == NULL)
+		return;
+	LWLockAcquire(silo_shared->lock, LW_EXCLUSIVE);
+	if (silo_shared->broker_pid == MyProcPid)
+	{
+		silo_shared->broker_pid = 0;
+		silo_shared->broker_latch = NULL;
+	}
+	LWLockRelease(silo_shared->lock);
+}
+
+/*
+ * silo_shmem_broker_pid: the running broker's pid, or 0.
+ */
+int
+silo_shmem_broker_pid(void)
+{
+	int			pid;
+
+	if (silo_shared == NULL)
+		return 0;
+	LWLockAcquire(silo_shared->lock, LW_SHARED);
+	pid = silo_shared->broker_pid;
+	LWLockRelease(silo_shared->lock);
+	return pid;
+}
+
+/*
+ * silo_wake_broker: set the broker's latch, if a broker is running.
+ */
+void
+silo_wake_broker(void)
+{
+	if (silo_shared == NULL)
+		return;
+	LWLockAcquire(silo_shared->lock, LW_SHARED);
+	if (silo_shared->broker_latch != NULL)
+		SetLatch(silo_shared->broker_latch);
+	LWLockRelease(silo_shared->lock);
+}
+
+/*
+ * silo_notify_group: queue a NOTIFY on silo_task_ready for task_group,
+ * unless one was queued for the same slot within silo.notify_coalesce_ms.
+ *
+ * In PostgreSQL 15 every notifying commit takes a cluster-wide lock, so a
+ * notification per enqueue would serialize producers' commits.  The NOTIFY
+ * is only sent if the transaction commits.
+ */
+void
+silo_notify_group(const char *task_group)
+{
+	uint64		now;
+	uint64		last;
+	pg_atomic_uint64 *slot;
+
+	if (silo_shared == NULL || silo_notify_coalesce_ms == 0)
+	{
+		Async_Notify(SILO_NOTIFY_CHANNEL, task_group);
+		return;
+	}
+
+	slot = &silo_shared->notify_slots[hash_bytes((const unsigned char *) task_group,
+												 strlen(task_group)) % SILO_NOTIFY_SLOTS];
+	now = (uint64) GetCurrentTimestamp();
+	last = pg_atomic_read_u64(slot);
+	if (now >= last && now - last < (uint64) silo_notify_coalesce_ms * 1000)
+		return;
+	if (pg_atomic_compare_exchange_u64(slot, &last, now))
+		Async_Notify(SILO_NOTIFY_CHANNEL, task_group);
+}

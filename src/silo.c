@@ -1,0 +1,199 @@
+/*-------------------------------------------------------------------------
+ *
+ * silo.c
+ *	  Module load: GUCs, shared memory hooks, the broker's registration and
+ *	  the transaction callback that wakes the broker at commit.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "silo.h"
+
+#include <limits.h>
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "utils/guc.h"
+
+PG_MODULE_MAGIC;
+
+char	   *silo_database = NULL;
+int			silo_retention_s = 7 * 24 * 3600;
+bool		silo_broker_paused = false;
+int			silo_notify_coalesce_ms = 5;
+int			silo_clock_offset_ms = 0;
+
+/* Set by a transaction that created a future task; read at commit. */
+static bool silo_broker_wake_pending = false;
+
+static shmem_request_hook_type silo_prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type silo_prev_shmem_startup_hook = NULL;
+
+void		_PG_init(void);
+static void silo_define_gucs(void);
+static void silo_register_broker(void);
+static void silo_xact_callback(XactEvent event, void *arg);
+static void silo_request_shmem_hook(void);
+static void silo_startup_shmem_hook(void);
+
+/*
+ * _PG_init: define the GUCs, and when preloaded, request shared memory and
+ * register the broker.  Without preloading the SQL functions still work;
+ * only the broker and the notification coalescing are missing.
+ */
+void
+_PG_init(void)
+{
+	silo_define_gucs();
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	silo_prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = silo_request_shmem_hook;
+	silo_prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = silo_startup_shmem_hook;
+
+	RegisterXactCallback(silo_xact_callback, NULL);
+
+	if (!IsBinaryUpgrade)
+		silo_register_broker();
+}
+
+/*
+ * silo_define_gucs: every silo.* setting, documented in docs/operations.md.
+ */
+static void
+silo_define_gucs(void)
+{
+	DefineCustomStringVariable("silo.database",
+							   "Database the silo broker serves.",
+							   "Must equal cron.database_name: pg_cron installs only there.",
+							   &silo_database,
+							   "postgres",
+							   PGC_POSTMASTER,
+							   0,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("silo.retention",
+							"How long terminal jobs are kept before the purge removes them.",
+							"0 keeps terminal jobs forever.",
+							&silo_retention_s,
+							7 * 24 * 3600,
+							0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("silo.broker_paused",
+							 "Pauses the broker's promotion and lease sweep.",
+							 "For tests that drive silo.run_maintenance() themselves.",
+							 &silo_broker_paused,
+							 false,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("silo.notify_coalesce_ms",
+							"Minimum interval between two wake-up notifications for one task group.",
+							"0 notifies on every enqueue of a due job.",
+							&silo_notify_coalesce_ms,
+							5,
+							0, 60000,
+							PGC_SUSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("silo.clock_offset_ms",
+							"Test hook: shifts silo's clock by this many milliseconds.",
+							"Read by every SQL function and by the broker.",
+							&silo_clock_offset_ms,
+							0,
+							INT_MIN, INT_MAX,
+							PGC_SUSET,
+							GUC_UNIT_MS | GUC_SUPERUSER_ONLY,
+							NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("silo");
+}
+
+/*
+ * silo_register_broker: the broker is a static background worker that
+ * restarts a second after it exits or crashes.
+ */
+static void
+silo_register_broker(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 1;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "silo");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "silo_broker_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "silo broker");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "silo broker");
+	RegisterBackgroundWorker(&worker);
+}
+
+/*
+ * silo_wake_broker_at_commit: ask for the broker's latch to be set when the
+ * current transaction commits, so a newly created future task is timed
+ * precisely instead of at the next periodic tick.
+ */
+void
+silo_wake_broker_at_commit(void)
+{
+	silo_broker_wake_pending = true;
+}
+
+/*
+ * silo_xact_callback: wakes the broker after a commit that asked for it;
+ * forgets the request on abort.
+ */
+static void
+silo_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			if (silo_broker_wake_pending)
+			{
+				silo_broker_wake_pending = false;
+				silo_wake_broker();
+			}
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			silo_broker_wake_pending = false;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * silo_request_shmem_hook: chain, then reserve silo's shared memory.
+ */
+static void
+silo_request_shmem_hook(void)
+{
+	if (silo_prev_shmem_request_hook)
+		silo_prev_shmem_request_hook();
+	silo_shmem_request();
+}
+
+/*
+ * silo_startup_shmem_hook: chain, then attach to (or create) silo's
+ * shared memory.
+ */
+static void
+silo_startup_shmem_hook(void)
+{
+	if (silo_prev_shmem_startup_hook)
+		silo_prev_shmem_startup_hook();
+	silo_shmem_startup();
+}

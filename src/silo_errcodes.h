@@ -1,0 +1,38 @@
+/*-------------------------------------------------------------------------
+ *
+ * silo_errcodes.h
+ *	  The SQLSTATEs silo raises for job-state errors: class "SL".
+ *
+ * Argument errors use PostgreSQL's own codes (22004 null value not
+ * allowed, 22023 invalid parameter value, 23505 unique violation, 0A000
+ * feature not supported).  Every code is listed in docs/sqlstates.md;
+ * clients match on the code, and on the texts "lease not found" and
+ * "lease owner mismatch", which are kept verbatim from Silo.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SILO_ERRCODES_H
+#define SILO_ERRCODES_H
+
+#include "utils/elog.h"
+
+/* SL001: the lease does not exist, has expired, or was already reported */
+#define ERRCODE_SILO_LEASE_NOT_FOUND		MAKE_SQLSTATE('S','L','0','0','1')
+/* SL002: the lease belongs to another worker */
+#define ERRCODE_SILO_LEASE_OWNER_MISMATCH	MAKE_SQLSTATE('S','L','0','0','2')
+/* SL003: no job with that id in that tenant */
+#define ERRCODE_SILO_JOB_NOT_FOUND			MAKE_SQLSTATE('S','L','0','0','3')
+/* SL004: the operation needs a terminal job (job_result, delete_job) */
+#define ERRCODE_SILO_JOB_NOT_TERMINAL		MAKE_SQLSTATE('S','L','0','0','4')
+/* SL005: cancel of a job that is already cancelled */
+#define ERRCODE_SILO_JOB_ALREADY_CANCELLED	MAKE_SQLSTATE('S','L','0','0','5')
+/* SL006: cancel of a job that already succeeded or failed */
+#define ERRCODE_SILO_JOB_ALREADY_TERMINAL	MAKE_SQLSTATE('S','L','0','0','6')
+/* SL007: restart of a job that is not Failed or Cancelled */
+#define ERRCODE_SILO_JOB_NOT_RESTARTABLE	MAKE_SQLSTATE('S','L','0','0','7')
+/* SL008: expedite of a job that has no future task to move */
+#define ERRCODE_SILO_JOB_NOT_EXPEDITABLE	MAKE_SQLSTATE('S','L','0','0','8')
+/* SL009: the extension's bookkeeping is inconsistent (a bug; report it) */
+#define ERRCODE_SILO_INTERNAL				MAKE_SQLSTATE('S','L','0','0','9')
+
+#endif							/* SILO_ERRCODES_H */

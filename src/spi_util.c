@@ -1,0 +1,175 @@
+/*-------------------------------------------------------------------------
+ *
+ * spi_util.c
+ *	  Small helpers every module uses: cached SPI plans, reading result
+ *	  columns, silo's clock, and UUID generation.
+ *
+ * Every statement silo runs is prepared once per backend and kept
+ * (SPI_keepplan), so the hot paths pay no parse or plan cost.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "silo.h"
+
+#include "utils/builtins.h"
+
+/*
+ * silo_spi_connect / silo_spi_finish: SPI bracketing with error checks.
+ */
+void
+silo_spi_connect(void)
+{
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "silo: SPI_connect failed");
+}
+
+void
+silo_spi_finish(void)
+{
+	if (SPI_finish() != SPI_OK_FINISH)
+		elog(ERROR, "silo: SPI_finish failed");
+}
+
+/*
+ * silo_exec: run sql through a plan cached in *plan (prepared on first
+ * use), returning the SPI result code.  Errors other than the statement's
+ * own are internal and raised with elog.
+ */
+int
+silo_exec(SPIPlanPtr *plan, const char *sql, int nargs, const Oid *argtypes,
+		  Datum *values, const char *nulls, bool read_only, long count)
+{
+	int			rc;
+
+	if (*plan == NULL)
+	{
+		SPIPlanPtr	p = SPI_prepare(sql, nargs, (Oid *) argtypes);
+
+		if (p == NULL)
+			elog(ERROR, "silo: could not prepare \"%s\": %s",
+				 sql, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(p) != 0)
+			elog(ERROR, "silo: could not keep plan for \"%s\"", sql);
+		*plan = p;
+	}
+	rc = SPI_execute_plan(*plan, values, nulls, read_only, count);
+	if (rc < 0)
+		elog(ERROR, "silo: could not execute \"%s\": %s",
+			 sql, SPI_result_code_string(rc));
+	return rc;
+}
+
+/*
+ * silo_col: column col (1-based) of row row of the last SPI result.
+ */
+Datum
+silo_col(int row, int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
+}
+
+/*
+ * silo_col_text: a text column copied into the memory of the SPI caller
+ * (so it survives SPI_finish), or NULL.
+ */
+char *
+silo_col_text(int row, int col)
+{
+	bool		isnull;
+	Datum		d = silo_col(row, col, &isnull);
+	char	   *s;
+	char	   *copy;
+
+	if (isnull)
+		return NULL;
+	s = text_to_cstring(DatumGetTextPP(d));
+	copy = SPI_palloc(strlen(s) + 1);
+	strcpy(copy, s);
+	return copy;
+}
+
+/*
+ * silo_col_int32 / int64 / bool: non-null scalar columns.
+ */
+int32
+silo_col_int32(int row, int col)
+{
+	bool		isnull;
+	Datum		d = silo_col(row, col, &isnull);
+
+	if (isnull)
+		elog(ERROR, "silo: unexpected null in column %d", col);
+	return DatumGetInt32(d);
+}
+
+int64
+silo_col_int64(int row, int col)
+{
+	bool		isnull;
+	Datum		d = silo_col(row, col, &isnull);
+
+	if (isnull)
+		elog(ERROR, "silo: unexpected null in column %d", col);
+	return DatumGetInt64(d);
+}
+
+bool
+silo_col_bool(int row, int col)
+{
+	bool		isnull;
+	Datum		d = silo_col(row, col, &isnull);
+
+	return !isnull && DatumGetBool(d);
+}
+
+/*
+ * silo_col_ts: a timestamptz column.
+ */
+TimestampTz
+silo_col_ts(int row, int col, bool *isnull)
+{
+	bool		n;
+	Datum		d = silo_col(row, col, &n);
+
+	if (isnull)
+		*isnull = n;
+	return n ? 0 : DatumGetTimestampTz(d);
+}
+
+/*
+ * silo_now_ts: silo's clock.  Wall-clock time (not the transaction start,
+ * so a long transaction does not see leases as younger than they are)
+ * shifted by the silo.clock_offset_ms test hook.
+ */
+TimestampTz
+silo_now_ts(void)
+{
+	return GetCurrentTimestamp() + (TimestampTz) silo_clock_offset_ms * 1000;
+}
+
+/*
+ * silo_new_uuid: a random (version 4) UUID as a uuid Datum, palloc'd in the
+ * current context.
+ */
+Datum
+silo_new_uuid(void)
+{
+	pg_uuid_t  *uuid = palloc(sizeof(pg_uuid_t));
+
+	if (!pg_strong_random(uuid->data, UUID_LEN))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate a random job id")));
+	uuid->data[6] = (uuid->data[6] & 0x0f) | 0x40;
+	uuid->data[8] = (uuid->data[8] & 0x3f) | 0x80;
+	return UUIDPGetDatum(uuid);
+}
+
+/*
+ * silo_uuid_to_cstring: the canonical text form of a uuid Datum.
+ */
+char *
+silo_uuid_to_cstring(Datum uuid)
+{
+	return DatumGetCString(DirectFunctionCall1(uuid_out, uuid));
+}
