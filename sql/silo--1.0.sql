@@ -4,6 +4,27 @@
 \echo Use "CREATE EXTENSION silo CASCADE" to load this file. \quit
 
 /*
+ * silo must live in the database its broker serves; pg_cron, which it
+ * requires, has the same rule for cron.database_name.
+ */
+DO $$
+BEGIN
+	IF current_setting('silo.database', true) IS NULL THEN
+		RAISE EXCEPTION 'silo is not loaded'
+			USING ERRCODE = '55000',
+				  DETAIL = 'The silo library must be preloaded so that its broker runs.',
+				  HINT = 'Add silo to shared_preload_libraries (after pg_cron) and restart the server.';
+	END IF;
+	IF current_database() <> current_setting('silo.database') THEN
+		RAISE EXCEPTION 'silo can only be installed in database "%"', current_setting('silo.database')
+			USING ERRCODE = '55000',
+				  DETAIL = 'The silo broker serves only the database named by silo.database.',
+				  HINT = 'Set silo.database (and cron.database_name) to this database, or create the extension there.';
+	END IF;
+END
+$$;
+
+/*
  * Storage.  One table per key prefix of Silo's storekey layout; the primary
  * key of each table is that prefix's key tuple.  docs/storage.md explains
  * which rows each state transition writes and why.
@@ -269,10 +290,12 @@ RETURNS bigint
 AS 'MODULE_PATHNAME', 'silo_purge_terminal_jobs'
 LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 
+-- STABLE so that views using it stay simple for the planner; the value is
+-- the wall clock at each call.
 CREATE FUNCTION silo.now()
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'silo_now'
-LANGUAGE C VOLATILE;
+LANGUAGE C STABLE;
 
 CREATE FUNCTION silo.broker_pid()
 RETURNS integer
@@ -284,35 +307,37 @@ LANGUAGE C VOLATILE;
  * ------------------------------------------------------------------- */
 
 /*
- * silo.jobs: one row per job.  Two branches so that a filter on a terminal
- * status reaches the job_status_by_status index: the first branch has the
- * stored status as a plain column, the second derives the live status.
+ * silo.jobs: one row per job.  The UNION ALL splits jobs by stored status
+ * so that a filter on a terminal status reaches the job_status_by_status
+ * index: the first branch passes the stored status through, the second
+ * derives the live status of a pending job (Running when its current task
+ * has a lease row).  Joins sit outside the UNION ALL, and the lease is
+ * read by primary key per pending row, so neither branch scans a table.
  */
 CREATE VIEW silo.jobs AS
-SELECT s.tenant, s.id, i.task_group, s.status, i.priority::integer AS priority,
-	   i.enqueued_at, s.changed_at AS status_changed_at,
-	   NULL::integer AS current_attempt, NULL::timestamptz AS next_attempt_at,
+SELECT x.tenant, x.id, i.task_group, x.status, i.priority::integer AS priority,
+	   i.enqueued_at, x.status_changed_at, x.current_attempt, x.next_attempt_at,
 	   i.payload, i.metadata, c.cancelled_at
-  FROM silo.job_status s
-  JOIN silo.job_info i ON i.tenant = s.tenant AND i.id = s.id
-  LEFT JOIN silo.job_cancellation c ON c.tenant = s.tenant AND c.job_id = s.id
- WHERE s.status IN ('Succeeded', 'Failed', 'Cancelled')
-UNION ALL
-SELECT s.tenant, s.id, i.task_group,
-	   CASE WHEN l.task_id IS NOT NULL THEN 'Running'
-			WHEN s.next_attempt_at > silo.now() THEN
-				CASE WHEN s.relative_attempt > 1 THEN 'Retrying' ELSE 'Scheduled' END
-			ELSE 'Waiting' END,
-	   i.priority::integer, i.enqueued_at,
-	   coalesce(l.started_at, s.changed_at),
-	   s.attempt,
-	   CASE WHEN l.task_id IS NULL THEN s.next_attempt_at END,
-	   i.payload, i.metadata, c.cancelled_at
-  FROM silo.job_status s
-  JOIN silo.job_info i ON i.tenant = s.tenant AND i.id = s.id
-  LEFT JOIN silo.task_lease l ON l.task_id = s.task_id
-  LEFT JOIN silo.job_cancellation c ON c.tenant = s.tenant AND c.job_id = s.id
- WHERE s.status = 'Pending';
+  FROM (SELECT s.tenant, s.id, s.status, s.changed_at AS status_changed_at,
+			   NULL::integer AS current_attempt, NULL::timestamptz AS next_attempt_at
+		  FROM silo.job_status s
+		 WHERE s.status <> 'Pending'
+		UNION ALL
+		SELECT s.tenant, s.id,
+			   CASE WHEN EXISTS (SELECT 1 FROM silo.task_lease l WHERE l.task_id = s.task_id)
+						THEN 'Running'
+					WHEN s.next_attempt_at > silo.now()
+						THEN CASE WHEN s.relative_attempt > 1 THEN 'Retrying' ELSE 'Scheduled' END
+					ELSE 'Waiting' END,
+			   coalesce((SELECT l.started_at FROM silo.task_lease l WHERE l.task_id = s.task_id),
+						s.changed_at),
+			   s.attempt,
+			   CASE WHEN NOT EXISTS (SELECT 1 FROM silo.task_lease l WHERE l.task_id = s.task_id)
+						THEN s.next_attempt_at END
+		  FROM silo.job_status s
+		 WHERE s.status = 'Pending') x
+  JOIN silo.job_info i ON i.tenant = x.tenant AND i.id = x.id
+  LEFT JOIN silo.job_cancellation c ON c.tenant = x.tenant AND c.job_id = x.id;
 
 CREATE VIEW silo.attempts AS
 SELECT tenant, job_id, attempt, relative_attempt, task_id, worker_id, status,

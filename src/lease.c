@@ -14,6 +14,7 @@
  */
 #include "silo.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
@@ -75,6 +76,14 @@ silo_lease(PG_FUNCTION_ARGS)
 	silo_require_arg(fcinfo, 3, "lease_ms");
 	lease_ms = PG_GETARG_INT32(3);
 	silo_check_range("lease_ms", lease_ms, SILO_MIN_LEASE_MS, SILO_MAX_LEASE_MS);
+
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("silo.lease requires the READ COMMITTED isolation level"),
+				 errdetail("Under %s a task another worker has just taken raises a serialization error instead of being skipped.",
+						   IsolationIsSerializable() ? "SERIALIZABLE" : "REPEATABLE READ"),
+				 errhint("Call silo.lease outside an explicit transaction, or in a READ COMMITTED one.")));
 
 	InitMaterializedSRF(fcinfo, 0);
 
