@@ -418,5 +418,11 @@ GRANT SELECT ON ALL TABLES IN SCHEMA silo TO silo_admin;
  * what is old enough (0 keeps everything).
  * ------------------------------------------------------------------- */
 
+-- The command checks that silo is still installed, so that the job is
+-- harmless after DROP EXTENSION silo (pg_cron keeps its jobs).
 SELECT cron.schedule('silo-purge-terminal-jobs', '* * * * *',
-					 'SELECT silo.purge_terminal_jobs()');
+					 $cmd$DO $purge$ BEGIN
+  IF to_regprocedure('silo.purge_terminal_jobs(integer)') IS NOT NULL THEN
+    PERFORM silo.purge_terminal_jobs();
+  END IF;
+END $purge$$cmd$);

@@ -163,6 +163,10 @@ silo_sweep_expired_leases(TimestampTz now)
 			RollbackAndReleaseCurrentSubTransaction();
 			MemoryContextSwitchTo(cxt);
 			CurrentResourceOwner = owner;
+
+			/* A cancel or shutdown is not a bad row: let it through. */
+			if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_OPERATOR_INTERVENTION)
+				ReThrowError(edata);
 			ereport(WARNING,
 					(errcode(edata->sqlerrcode),
 					 errmsg("silo: could not sweep the expired lease of task %s: %s",

@@ -257,7 +257,7 @@ enqueue_parse_timestamp(const char *s)
 		FlushErrorState();
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("start_at must be an ISO 8601 timestamp"),
+				 errmsg("start_at must be a timestamp such as an ISO 8601 string"),
 				 errdetail("%s", edata->message),
 				 errhint("Example: \"2026-11-22T10:00:00Z\".")));
 	}

@@ -161,7 +161,7 @@ silo_cancel(PG_FUNCTION_ARGS)
 	silo_spi_connect();
 	if (!jobops_lock(values, &st))
 		jobops_not_found(values);
-	if (st.cancelled)
+	if (strcmp(st.status, "Cancelled") == 0 || (st.cancelled && !jobops_is_terminal(&st)))
 		ereport(ERROR,
 				(errcode(ERRCODE_SILO_JOB_ALREADY_CANCELLED),
 				 errmsg("job is already cancelled")));
@@ -350,8 +350,8 @@ silo_delete_job(PG_FUNCTION_ARGS)
 
 /*
  * silo_job_result: SQL entry point silo.job_result(job_id, tenant).  The
- * outcome of a terminal job, from its latest attempt (a job cancelled
- * before it ran has none: only status and time are set).
+ * outcome of a terminal job, from the attempt that ended it (a job
+ * cancelled while it waited has none: only status and time are set).
  */
 Datum
 silo_job_result(PG_FUNCTION_ARGS)
@@ -369,7 +369,8 @@ silo_job_result(PG_FUNCTION_ARGS)
 	silo_spi_connect();
 	silo_exec(&plan,
 			  "SELECT s.status, CASE WHEN s.status = 'Succeeded' THEN a.result END,"
-			  "  a.error_code, a.error_data, s.changed_at"
+			  "  CASE WHEN a.finished_at = s.changed_at THEN a.error_code END,"
+			  "  CASE WHEN a.finished_at = s.changed_at THEN a.error_data END, s.changed_at"
 			  "  FROM silo.job_status s"
 			  "  LEFT JOIN LATERAL (SELECT * FROM silo.attempt a WHERE a.tenant = s.tenant"
 			  "     AND a.job_id = s.id ORDER BY a.attempt DESC LIMIT 1) a ON true"

@@ -195,7 +195,7 @@ silo_heartbeat(PG_FUNCTION_ARGS)
 			(errcode(ERRCODE_SILO_LEASE_NOT_FOUND),
 			 errmsg("lease not found"),
 			 errdetail(SPI_processed == 1 ?
-					   "The lease on task %s has expired; the task will be retried." :
+					   "The lease on task %s has expired; the sweep ends the attempt as WORKER_CRASHED." :
 					   "Task %s has no lease: it was never leased, was already reported, or its expired lease was swept.",
 					   silo_uuid_to_cstring(values[0]))));
 	PG_RETURN_BOOL(false);		/* keep compiler quiet */

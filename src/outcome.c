@@ -82,7 +82,7 @@ outcome_take_lease(Datum task_id, const char *worker_id, TimestampTz now, SiloLe
 		ereport(ERROR,
 				(errcode(ERRCODE_SILO_LEASE_NOT_FOUND),
 				 errmsg("lease not found"),
-				 errdetail("The lease on task %s expired at %s; the task will be retried.",
+				 errdetail("The lease on task %s expired at %s; the sweep ends the attempt as WORKER_CRASHED.",
 						   silo_uuid_to_cstring(task_id),
 						   timestamptz_to_str(lease->expires_at))));
 	if (strcmp(lease->worker_id, worker_id) != 0)
@@ -95,7 +95,8 @@ outcome_take_lease(Datum task_id, const char *worker_id, TimestampTz now, SiloLe
 
 /*
  * silo_take_expired_lease: the sweep's version: delete the lease only if
- * it has expired; false when it is gone or was renewed meanwhile.
+ * it has expired; false when it is gone, was renewed meanwhile, or is
+ * locked by another transaction.
  */
 bool
 silo_take_expired_lease(Datum task_id, TimestampTz now, SiloLease *lease)
@@ -106,8 +107,15 @@ silo_take_expired_lease(Datum task_id, TimestampTz now, SiloLease *lease)
 
 	values[0] = task_id;
 	values[1] = TimestampTzGetDatum(now);
+	/*
+	 * SKIP LOCKED: a lease row locked by an open transaction (a heartbeat
+	 * or report in progress) is left for a later sweep instead of stalling
+	 * the broker behind that transaction.
+	 */
 	silo_exec(&plan,
-			  "DELETE FROM silo.task_lease WHERE task_id = $1 AND expires_at <= $2"
+			  "DELETE FROM silo.task_lease WHERE ctid = ANY(ARRAY("
+			  " SELECT ctid FROM silo.task_lease WHERE task_id = $1 AND expires_at <= $2"
+			  " FOR UPDATE SKIP LOCKED))"
 			  " RETURNING " LEASE_COLUMNS,
 			  2, types, values, NULL, false, 0);
 	if (SPI_processed == 0)
@@ -213,25 +221,32 @@ silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
 	SiloRetryPolicy policy;
 	bool		cancelled;
 	const char *status;
+	const char *job_status;
 	bool		retry = false;
 	int			i;
 
 	cancelled = outcome_lock_job(lease, &policy);
 
+	/*
+	 * The attempt records what happened to it; the job's status is where
+	 * the job ends up.  They differ only for a failure of a flagged job: a
+	 * Failed attempt, a Cancelled job, no retry.
+	 */
 	switch (outcome)
 	{
 		case SILO_OUTCOME_SUCCEEDED:
-			status = "Succeeded";
+			status = job_status = "Succeeded";
 			break;
 		case SILO_OUTCOME_CANCELLED:
-			status = "Cancelled";
+			status = job_status = "Cancelled";
 			break;
 		default:
+			status = "Failed";
 			if (cancelled)
-				status = "Cancelled";
+				job_status = "Cancelled";
 			else
 			{
-				status = "Failed";
+				job_status = "Failed";
 				retry = policy.count >= 0 && lease->relative_attempt <= policy.count;
 			}
 			break;
@@ -257,15 +272,16 @@ silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
 
 	if (!retry)
 	{
+		values[12] = CStringGetTextDatum(job_status);
 		silo_exec(&end_plan,
 				  "WITH a AS ("
 				  "  INSERT INTO silo.attempt (tenant, job_id, attempt, relative_attempt, task_id,"
 				  "    worker_id, status, started_at, finished_at, result, error_code, error_data)"
 				  "  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12))"
-				  "UPDATE silo.job_status SET status = $7, changed_at = $9, task_id = NULL,"
+				  "UPDATE silo.job_status SET status = $13, changed_at = $9, task_id = NULL,"
 				  "  next_attempt_at = NULL WHERE tenant = $1 AND id = $2",
-				  12, types, values, nulls, false, 0);
-		if (outcome == SILO_OUTCOME_CANCELLED && !cancelled)
+				  13, types, values, nulls, false, 0);
+		if (strcmp(job_status, "Cancelled") == 0 && !cancelled)
 			silo_exec(&flag_plan,
 					  "INSERT INTO silo.job_cancellation (tenant, job_id, cancelled_at)"
 					  " VALUES ($1, $2, $9) ON CONFLICT DO NOTHING",
@@ -370,11 +386,11 @@ Datum
 silo_release(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr plan = NULL;
-	static const Oid types[9] = {
+	static const Oid types[10] = {
 		TEXTOID, TEXTOID, INT4OID, INT4OID, TEXTOID, TIMESTAMPTZOID, INT2OID,
-		UUIDOID, INT8OID
+		UUIDOID, INT8OID, TIMESTAMPTZOID
 	};
-	Datum		values[9];
+	Datum		values[10];
 	SiloLease	lease;
 	SiloRetryPolicy policy;
 	char	   *worker_id;
@@ -401,14 +417,15 @@ silo_release(PG_FUNCTION_ARGS)
 	values[6] = Int16GetDatum((int16) lease.priority);
 	values[7] = silo_new_uuid();
 	values[8] = Int64GetDatum(lease.seq);
+	values[9] = TimestampTzGetDatum(now);
 	silo_exec(&plan,
 			  "WITH t AS ("
 			  "  INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
 			  "    relative_attempt, task_id, seq, due)"
 			  "  VALUES ($5, $6, $7, $1, $2, $3, $4, $8, $9, true))"
-			  "UPDATE silo.job_status SET task_id = $8, next_attempt_at = $6"
+			  "UPDATE silo.job_status SET task_id = $8, next_attempt_at = $6, changed_at = $10"
 			  " WHERE tenant = $1 AND id = $2",
-			  9, types, values, NULL, false, 0);
+			  10, types, values, NULL, false, 0);
 	silo_spi_finish();
 	silo_notify_group(lease.task_group);
 	PG_RETURN_VOID();

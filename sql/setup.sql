@@ -1,0 +1,88 @@
+--
+-- setup: install silo and the helpers the other regress files use.
+--
+-- Every later file starts with test_helpers.reset(), so files do not depend
+-- on each other's leftovers; they only need this one to have run first.
+--
+
+-- the extension installs pg_cron through "requires"
+SET client_min_messages = warning;
+CREATE EXTENSION silo CASCADE;
+RESET client_min_messages;
+
+-- what got installed
+SELECT extname, extversion FROM pg_extension WHERE extname IN ('pg_cron', 'silo') ORDER BY 1;
+
+-- the broker is paused in the regress configuration: tests drive
+-- promotion and the lease sweep with silo.run_maintenance()
+SHOW silo.broker_paused;
+SHOW silo.database;
+
+-- silo's clock is the wall clock shifted by silo.clock_offset_ms, the test
+-- hook every later file uses instead of sleeping
+SELECT silo.now() - clock_timestamp() BETWEEN interval '-5 seconds' AND interval '5 seconds' AS wall_clock;
+SET silo.clock_offset_ms = 3600000;
+SELECT silo.now() - clock_timestamp() BETWEEN interval '55 minutes' AND interval '65 minutes' AS an_hour_ahead;
+SET silo.clock_offset_ms = -3600000;
+SELECT clock_timestamp() - silo.now() BETWEEN interval '55 minutes' AND interval '65 minutes' AS an_hour_behind;
+RESET silo.clock_offset_ms;
+
+CREATE SCHEMA test_helpers;
+
+-- sqlstate_of(sql): run one statement; 'ok', or "SQLSTATE: message".
+-- (The statement runs in a subtransaction that is rolled back on error.)
+CREATE FUNCTION test_helpers.sqlstate_of(sql text) RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE sql;
+	RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+	RETURN SQLSTATE || ': ' || SQLERRM;
+END
+$$;
+
+-- is_uuid(text): is this the canonical text of a version 4 UUID?
+CREATE FUNCTION test_helpers.is_uuid(s text) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+	SELECT s ~ '^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$'
+$$;
+
+-- rows(tenant): how many rows each silo table holds for one tenant
+CREATE FUNCTION test_helpers.rows(p_tenant text) RETURNS text
+LANGUAGE sql AS $$
+	SELECT format('info=%s status=%s task=%s lease=%s attempt=%s meta=%s cancel=%s',
+		(SELECT count(*) FROM silo.job_info WHERE tenant = p_tenant),
+		(SELECT count(*) FROM silo.job_status WHERE tenant = p_tenant),
+		(SELECT count(*) FROM silo.task WHERE tenant = p_tenant),
+		(SELECT count(*) FROM silo.task_lease WHERE tenant = p_tenant),
+		(SELECT count(*) FROM silo.attempt WHERE tenant = p_tenant),
+		(SELECT count(*) FROM silo.job_metadata WHERE tenant = p_tenant),
+		(SELECT count(*) FROM silo.job_cancellation WHERE tenant = p_tenant))
+$$;
+
+-- job_rows(tenant, id): the same, for one job
+CREATE FUNCTION test_helpers.job_rows(p_tenant text, p_id text) RETURNS text
+LANGUAGE sql AS $$
+	SELECT format('info=%s status=%s task=%s lease=%s attempt=%s meta=%s cancel=%s',
+		(SELECT count(*) FROM silo.job_info WHERE tenant = p_tenant AND id = p_id),
+		(SELECT count(*) FROM silo.job_status WHERE tenant = p_tenant AND id = p_id),
+		(SELECT count(*) FROM silo.task WHERE tenant = p_tenant AND job_id = p_id),
+		(SELECT count(*) FROM silo.task_lease WHERE tenant = p_tenant AND job_id = p_id),
+		(SELECT count(*) FROM silo.attempt WHERE tenant = p_tenant AND job_id = p_id),
+		(SELECT count(*) FROM silo.job_metadata WHERE tenant = p_tenant AND job_id = p_id),
+		(SELECT count(*) FROM silo.job_cancellation WHERE tenant = p_tenant AND job_id = p_id))
+$$;
+
+-- reset(): empty every silo table, so a file starts from an empty queue
+CREATE FUNCTION test_helpers.reset() RETURNS void
+LANGUAGE sql AS $$
+	TRUNCATE silo.job_info, silo.job_status, silo.job_metadata, silo.task,
+			 silo.task_lease, silo.attempt, silo.job_cancellation;
+$$;
+
+-- the helpers work
+SELECT test_helpers.sqlstate_of('SELECT 1/0') AS division,
+	   test_helpers.sqlstate_of('SELECT 1') AS fine,
+	   test_helpers.is_uuid(gen_random_uuid()::text) AS uuid_ok,
+	   test_helpers.is_uuid('not-a-uuid') AS not_uuid,
+	   test_helpers.rows('-') AS empty;

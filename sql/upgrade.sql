@@ -1,0 +1,32 @@
+-- upgrade: the extension's version chain and its re-installability.
+-- silo--1.0.sql is the first release; every later release adds an upgrade
+-- script silo--X--Y.sql and is checked here by creating the oldest
+-- version and updating to the default.
+
+-- every version PostgreSQL can install, and the default one
+SELECT version, installed FROM pg_available_extension_versions
+ WHERE name = 'silo' ORDER BY version;
+
+-- the installed version is the default, so UPDATE is a no-op
+SELECT extversion FROM pg_extension WHERE extname = 'silo';
+ALTER EXTENSION silo UPDATE;
+
+-- every table holding jobs is dumped by pg_dump with its data
+SELECT c::regclass AS config_table
+  FROM pg_extension e, unnest(e.extconfig) c
+ WHERE e.extname = 'silo' ORDER BY c::regclass::text;
+
+-- the oldest version installs from scratch and updates to the default;
+-- in between, pg_cron's purge command is harmless without silo
+DROP EXTENSION silo;
+DO $$ BEGIN EXECUTE (SELECT command FROM cron.job WHERE jobname = 'silo-purge-terminal-jobs'); END $$;
+CREATE EXTENSION silo VERSION '1.0';
+ALTER EXTENSION silo UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'silo';
+
+-- re-creating keeps exactly one purge job in pg_cron
+SELECT count(*) FROM cron.job WHERE jobname = 'silo-purge-terminal-jobs';
+
+-- and the re-created extension works
+SELECT silo.enqueue('upgrade-check', id => 'u1');
+SELECT job_id FROM silo.lease('w', 'upgrade-check');
