@@ -339,6 +339,21 @@ SELECT x.tenant, x.id, i.task_group, x.status, i.priority::integer AS priority,
   JOIN silo.job_info i ON i.tenant = x.tenant AND i.id = x.id
   LEFT JOIN silo.job_cancellation c ON c.tenant = x.tenant AND c.job_id = x.id;
 
+/*
+ * silo.finished_jobs: terminal jobs only, as a plain join (no UNION), so
+ * history queries -- the newest Failed jobs of a tenant, the jobs with a
+ * given metadata value -- walk job_status_by_status or the primary keys
+ * and stop after the rows they return, however large the tenant.
+ */
+CREATE VIEW silo.finished_jobs AS
+SELECT s.tenant, s.id, i.task_group, s.status, i.priority::integer AS priority,
+	   i.enqueued_at, s.changed_at AS finished_at, s.attempt AS last_attempt,
+	   i.payload, i.metadata, c.cancelled_at
+  FROM silo.job_status s
+  JOIN silo.job_info i ON i.tenant = s.tenant AND i.id = s.id
+  LEFT JOIN silo.job_cancellation c ON c.tenant = s.tenant AND c.job_id = s.id
+ WHERE s.status <> 'Pending';
+
 CREATE VIEW silo.attempts AS
 SELECT tenant, job_id, attempt, relative_attempt, task_id, worker_id, status,
 	   started_at, finished_at, result, error_code, error_data
@@ -403,7 +418,7 @@ GRANT EXECUTE ON FUNCTION silo.enqueue(text, jsonb, text, text, integer, timesta
 	silo.enqueue_many(jsonb), silo.cancel(text, text), silo.restart(text, text),
 	silo.expedite(text, text), silo.job_result(text, text), silo.now()
 	TO silo_producer;
-GRANT SELECT ON silo.jobs, silo.attempts TO silo_producer;
+GRANT SELECT ON silo.jobs, silo.finished_jobs, silo.attempts, silo.job_metadata TO silo_producer;
 
 GRANT EXECUTE ON FUNCTION silo.lease(text, text, integer, integer), silo.heartbeat(uuid, text, integer),
 	silo.complete(uuid, text, jsonb), silo.fail(uuid, text, text, jsonb),
