@@ -10,10 +10,6 @@ SHOW silo.retention;
 SET silo.retention = 0;
 \echo :LAST_ERROR_SQLSTATE
 
--- pg_cron runs the purge every minute, in this database
-SELECT jobname, schedule, command LIKE '%PERFORM silo.purge_terminal_jobs()%' AS runs_purge,
-       database = current_database() AS this_database, active
-  FROM cron.job WHERE jobname = 'silo-purge-terminal-jobs';
 
 -- a helper for this file: lease the group's next task and report it
 CREATE FUNCTION pg_temp.run(p_group text, p_outcome text, p_lease_ms int DEFAULT 10000)
@@ -111,3 +107,13 @@ SHOW silo.retention;
 SET silo.clock_offset_ms = 2000000000;
 SELECT silo.purge_terminal_jobs() AS purged;
 SELECT count(*) AS jobs FROM silo.jobs WHERE id = 'kept-forever';
+
+-- pg_cron runs the purge every minute, in this database.  The broker (even
+-- paused) schedules that job once silo holds jobs -- the install script
+-- cannot, or pg_restore would collide with the dumped cron.job row.
+SELECT count(*) > 0 AS have_jobs FROM silo.job_status;
+SELECT test_helpers.wait_for($$EXISTS (SELECT 1 FROM cron.job
+                                        WHERE jobname = 'silo-purge-terminal-jobs')$$) AS scheduled;
+SELECT jobname, schedule, command LIKE '%PERFORM silo.purge_terminal_jobs()%' AS runs_purge,
+       database = current_database() AS this_database, active
+  FROM cron.job WHERE jobname = 'silo-purge-terminal-jobs';

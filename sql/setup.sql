@@ -73,6 +73,27 @@ LANGUAGE sql AS $$
 		(SELECT count(*) FROM silo.job_cancellation WHERE tenant = p_tenant AND job_id = p_id))
 $$;
 
+-- wait_for(cond): poll a boolean SQL expression (fresh snapshot each time)
+-- until it is true or timeout_s passes; returns whether it became true.
+CREATE FUNCTION test_helpers.wait_for(cond text, timeout_s int DEFAULT 30) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+	deadline timestamptz := clock_timestamp() + make_interval(secs => timeout_s);
+	ok boolean;
+BEGIN
+	LOOP
+		EXECUTE 'SELECT (' || cond || ')' INTO ok;
+		IF ok THEN
+			RETURN true;
+		END IF;
+		IF clock_timestamp() > deadline THEN
+			RETURN false;
+		END IF;
+		PERFORM pg_sleep(0.05);
+	END LOOP;
+END
+$$;
+
 -- reset(): empty every silo table, so a file starts from an empty queue
 CREATE FUNCTION test_helpers.reset() RETURNS void
 LANGUAGE sql AS $$

@@ -428,16 +428,10 @@ GRANT EXECUTE ON FUNCTION silo.lease(text, text, integer, integer), silo.heartbe
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA silo TO silo_admin;
 GRANT SELECT ON ALL TABLES IN SCHEMA silo TO silo_admin;
 
-/* ---------------------------------------------------------------------
- * Retention: pg_cron runs the purge every minute; silo.retention decides
- * what is old enough (0 keeps everything).
- * ------------------------------------------------------------------- */
-
--- The command checks that silo is still installed, so that the job is
--- harmless after DROP EXTENSION silo (pg_cron keeps its jobs).
-SELECT cron.schedule('silo-purge-terminal-jobs', '* * * * *',
-					 $cmd$DO $purge$ BEGIN
-  IF to_regprocedure('silo.purge_terminal_jobs(integer)') IS NOT NULL THEN
-    PERFORM silo.purge_terminal_jobs();
-  END IF;
-END $purge$$cmd$);
+/*
+ * Retention: pg_cron runs silo.purge_terminal_jobs() every minute, and
+ * silo.retention decides what is old enough (0 keeps everything).  The
+ * broker schedules that pg_cron job once silo holds jobs, not this script:
+ * pg_dump keeps pg_cron's job table, and a row inserted here would collide
+ * with the restored one.
+ */

@@ -6,7 +6,8 @@
  *	  leases, and the purge of old terminal jobs (run by pg_cron).
  *
  * The broker serves one database (silo.database).  Each tick it promotes
- * due tasks and notifies their task groups, then sweeps expired leases;
+ * due tasks and notifies their task groups (one transaction), then sweeps
+ * expired leases (small transactions of BROKER_SWEEP_BATCH leases);
  * it then sleeps until the next future task is due, at most one second,
  * or until a committing transaction that created a future task sets its
  * latch.  Each expired lease is handled in its own subtransaction, so one
@@ -43,8 +44,10 @@ PG_FUNCTION_INFO_V1(silo_now);
 PG_FUNCTION_INFO_V1(silo_broker_pid);
 
 #define BROKER_PROMOTE_BATCH	10000
-#define BROKER_SWEEP_BATCH		1000
+#define BROKER_SWEEP_BATCH		50
 #define BROKER_MAX_SLEEP_MS		1000
+#define BROKER_MAX_SWEEP_ROUNDS 200
+#define BROKER_ENSURE_INTERVAL_MS 1000
 #define PURGE_BATCH				5000
 
 /*
@@ -90,13 +93,16 @@ static Jsonb *
 broker_expired_error_data(SiloLease *lease, TimestampTz now)
 {
 	StringInfoData buf;
+	char	   *expired_at;
+	char	   *swept_at;
+
+	/* timestamptz_to_str returns a static buffer: copy each result in turn. */
+	expired_at = pstrdup(timestamptz_to_str(lease->expires_at));
+	swept_at = pstrdup(timestamptz_to_str(now));
 
 	initStringInfo(&buf);
 	appendStringInfoString(&buf, "{\"message\": ");
-	/* timestamptz_to_str returns a static buffer: copy the first result. */
-	escape_json(&buf, psprintf("lease expired at %s (swept at %s)",
-							   pstrdup(timestamptz_to_str(lease->expires_at)),
-							   timestamptz_to_str(now)));
+	escape_json(&buf, psprintf("lease expired at %s (swept at %s)", expired_at, swept_at));
 	appendStringInfoString(&buf, ", \"worker_id\": ");
 	escape_json(&buf, lease->worker_id);
 	appendStringInfoChar(&buf, '}');
@@ -106,10 +112,13 @@ broker_expired_error_data(SiloLease *lease, TimestampTz now)
 /*
  * silo_sweep_expired_leases: end every expired lease as a failed attempt
  * with code WORKER_CRASHED (retried per the job's policy; Cancelled when
- * the job was flagged).  SPI must be connected.  Returns the number swept.
+ * the job was flagged).  Looks at up to limit expired leases; *more says
+ * whether there may be others.  SPI must be connected.  Returns the number
+ * swept; leases whose job row is locked by another transaction are left
+ * for a later round.
  */
 int64
-silo_sweep_expired_leases(TimestampTz now)
+silo_sweep_expired_leases(TimestampTz now, int limit, bool *more)
 {
 	static SPIPlanPtr plan = NULL;
 	static const Oid types[2] = {TIMESTAMPTZOID, INT4OID};
@@ -122,11 +131,12 @@ silo_sweep_expired_leases(TimestampTz now)
 	ResourceOwner owner = CurrentResourceOwner;
 
 	values[0] = TimestampTzGetDatum(now);
-	values[1] = Int32GetDatum(BROKER_SWEEP_BATCH);
+	values[1] = Int32GetDatum(limit);
 	silo_exec(&plan,
 			  "SELECT task_id FROM silo.task_lease WHERE expires_at <= $1 LIMIT $2",
 			  2, types, values, NULL, false, 0);
 	n = SPI_processed;
+	*more = (n == (uint64) limit);
 	ids = palloc(sizeof(Datum) * (n + 1));
 	for (i = 0; i < n; i++)
 	{
@@ -146,7 +156,7 @@ silo_sweep_expired_leases(TimestampTz now)
 			if (silo_take_expired_lease(ids[i], now, &lease))
 			{
 				silo_finish_attempt(&lease, SILO_OUTCOME_FAILED, NULL, "WORKER_CRASHED",
-									broker_expired_error_data(&lease, now), now);
+									broker_expired_error_data(&lease, now), now, true);
 				swept++;
 			}
 			ReleaseCurrentSubTransaction();
@@ -167,11 +177,13 @@ silo_sweep_expired_leases(TimestampTz now)
 			/* A cancel or shutdown is not a bad row: let it through. */
 			if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_OPERATOR_INTERVENTION)
 				ReThrowError(edata);
-			ereport(WARNING,
-					(errcode(edata->sqlerrcode),
-					 errmsg("silo: could not sweep the expired lease of task %s: %s",
-							silo_uuid_to_cstring(ids[i]), edata->message),
-					 errdetail("The lease stays in place and the sweep retries it.")));
+			/* A busy job row is retried next round, quietly; anything else is logged. */
+			if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+				ereport(WARNING,
+						(errcode(edata->sqlerrcode),
+						 errmsg("silo: could not sweep the expired lease of task %s: %s",
+								silo_uuid_to_cstring(ids[i]), edata->message),
+						 errdetail("The lease stays in place and the sweep retries it.")));
 			FreeErrorData(edata);
 		}
 		PG_END_TRY();
@@ -203,30 +215,27 @@ broker_next_sleep_ms(TimestampTz now)
 }
 
 /*
- * broker_tick: one round of promotion and sweep in its own transaction.
- * An error is logged and the transaction aborted; the broker carries on.
- * Returns the time to sleep.
+ * broker_run: run fn in a transaction of its own with SPI connected.  An
+ * error is logged and the transaction aborted; the broker carries on.
+ * Returns false when fn failed or silo is not installed.
  */
-static long
-broker_tick(MemoryContext loopcxt)
+static bool
+broker_run(MemoryContext loopcxt, const char *activity, void (*fn) (void *), void *arg)
 {
-	volatile long sleep_ms = BROKER_MAX_SLEEP_MS;
+	volatile bool ok = false;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PG_TRY();
 	{
 		PushActiveSnapshot(GetTransactionSnapshot());
-		pgstat_report_activity(STATE_RUNNING, "silo broker: promote and sweep");
+		pgstat_report_activity(STATE_RUNNING, activity);
 		if (OidIsValid(get_extension_oid("silo", true)))
 		{
-			TimestampTz now = silo_now_ts();
-
 			silo_spi_connect();
-			silo_promote_due_tasks(now);
-			silo_sweep_expired_leases(now);
-			sleep_ms = broker_next_sleep_ms(silo_now_ts());
+			fn(arg);
 			silo_spi_finish();
+			ok = true;
 		}
 		PopActiveSnapshot();
 		CommitTransactionCommand();
@@ -237,12 +246,126 @@ broker_tick(MemoryContext loopcxt)
 		EmitErrorReport();
 		FlushErrorState();
 		AbortCurrentTransaction();
-		sleep_ms = BROKER_MAX_SLEEP_MS;
+		ok = false;
 	}
 	PG_END_TRY();
 	pgstat_report_stat(false);
 	pgstat_report_activity(STATE_IDLE, NULL);
+	MemoryContextSwitchTo(loopcxt);
+	return ok;
+}
+
+/* What one sweep round reports back to broker_tick. */
+typedef struct BrokerSweepRound
+{
+	int64		swept;
+	bool		more;
+} BrokerSweepRound;
+
+/*
+ * broker_promote_step / broker_sweep_step / broker_sleep_step: the units
+ * broker_tick runs, each in its own transaction.
+ */
+static void
+broker_promote_step(void *arg)
+{
+	silo_promote_due_tasks(silo_now_ts());
+}
+
+static void
+broker_sweep_step(void *arg)
+{
+	BrokerSweepRound *round = (BrokerSweepRound *) arg;
+
+	round->swept = silo_sweep_expired_leases(silo_now_ts(), BROKER_SWEEP_BATCH, &round->more);
+}
+
+static void
+broker_sleep_step(void *arg)
+{
+	*(long *) arg = broker_next_sleep_ms(silo_now_ts());
+}
+
+/*
+ * broker_tick: promote due tasks (committed at once, so workers see them
+ * while the sweep runs), then sweep expired leases in small transactions
+ * until none is left that can be swept now.  Small transactions keep each
+ * under the 64 subtransactions a backend caches.  Returns the time to
+ * sleep.
+ */
+static long
+broker_tick(MemoryContext loopcxt)
+{
+	long		sleep_ms = BROKER_MAX_SLEEP_MS;
+	int			rounds = 0;
+	BrokerSweepRound round;
+
+	if (!broker_run(loopcxt, "silo broker: promote", broker_promote_step, NULL))
+		return BROKER_MAX_SLEEP_MS;
+	do
+	{
+		round.swept = 0;
+		round.more = false;
+		if (!broker_run(loopcxt, "silo broker: sweep", broker_sweep_step, &round))
+			break;
+		CHECK_FOR_INTERRUPTS();
+	} while (round.more && round.swept > 0 && ++rounds < BROKER_MAX_SWEEP_ROUNDS);
+	(void) broker_run(loopcxt, "silo broker: plan", broker_sleep_step, &sleep_ms);
 	return sleep_ms;
+}
+
+/*
+ * broker_ensure_purge_job: make sure pg_cron runs the retention purge in
+ * this database.  The install script cannot schedule it: pg_dump keeps
+ * pg_cron's job table, so a restore would then collide with the restored
+ * row.  Instead the broker schedules it once silo holds jobs -- during a
+ * (single-job) pg_restore the cron.job data is loaded before silo's, so
+ * the restored row is found, and pointed at this database if it was
+ * dumped from another.  silo.retention = 0 means no purge is needed.
+ */
+static void
+broker_ensure_purge_job(void *arg)
+{
+	static SPIPlanPtr check_plan = NULL;
+	static SPIPlanPtr schedule_plan = NULL;
+	static SPIPlanPtr retarget_plan = NULL;
+	static const Oid types[1] = {INT8OID};
+	Datum		values[1];
+	bool		isnull;
+
+	if (silo_retention_s == 0)
+		return;
+	silo_exec(&check_plan,
+			  "SELECT to_regprocedure('cron.schedule(text,text,text)') IS NOT NULL"
+			  "       AND EXISTS (SELECT 1 FROM silo.job_status),"
+			  "       j.jobid, j.database = current_database()"
+			  "  FROM (SELECT 1) one LEFT JOIN cron.job j"
+			  "    ON j.jobname = '" SILO_PURGE_JOB_NAME "' AND j.username = current_user",
+			  0, NULL, NULL, NULL, true, 0);
+	if (SPI_processed != 1 || !silo_col_bool(0, 1))
+		return;
+	values[0] = silo_col(0, 2, &isnull);
+	if (isnull)
+	{
+		silo_exec(&schedule_plan,
+				  "SELECT cron.schedule('" SILO_PURGE_JOB_NAME "', '* * * * *',"
+				  " 'DO $purge$ BEGIN"
+				  " IF to_regprocedure(''silo.purge_terminal_jobs(integer)'') IS NOT NULL THEN"
+				  " PERFORM silo.purge_terminal_jobs(); END IF; END $purge$')",
+				  0, NULL, NULL, NULL, false, 0);
+		ereport(LOG,
+				(errmsg("silo broker scheduled the pg_cron job \"%s\"", SILO_PURGE_JOB_NAME)));
+	}
+	else if (!silo_col_bool(0, 3))
+	{
+		/* A restored job still names the database it was dumped from. */
+		silo_exec(&retarget_plan,
+				  "SELECT cron.alter_job($1, database => current_database())",
+				  1, types, values, NULL, false, 0);
+		ereport(LOG,
+				(errmsg("silo broker pointed the pg_cron job \"%s\" at this database",
+						SILO_PURGE_JOB_NAME)));
+	}
 }
 
 /*
@@ -252,6 +375,7 @@ void
 silo_broker_main(Datum main_arg)
 {
 	MemoryContext loopcxt;
+	TimestampTz last_ensure = 0;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -279,6 +403,12 @@ silo_broker_main(Datum main_arg)
 		MemoryContextSwitchTo(loopcxt);
 		if (!silo_broker_paused)
 			sleep_ms = broker_tick(loopcxt);
+		if (GetCurrentTimestamp() - last_ensure >= BROKER_ENSURE_INTERVAL_MS * 1000)
+		{
+			(void) broker_run(loopcxt, "silo broker: check purge job",
+							  broker_ensure_purge_job, NULL);
+			last_ensure = GetCurrentTimestamp();
+		}
 		MemoryContextReset(loopcxt);
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
@@ -304,7 +434,18 @@ silo_run_maintenance(PG_FUNCTION_ARGS)
 		elog(ERROR, "silo: run_maintenance must return a record");
 	silo_spi_connect();
 	values[0] = Int64GetDatum(silo_promote_due_tasks(now));
-	values[1] = Int64GetDatum(silo_sweep_expired_leases(now));
+	{
+		int64		swept = 0;
+		int64		n;
+		bool		more;
+
+		do
+		{
+			n = silo_sweep_expired_leases(now, 1000, &more);
+			swept += n;
+		} while (more && n > 0);
+		values[1] = Int64GetDatum(swept);
+	}
 	silo_spi_finish();
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
 }

@@ -9,8 +9,9 @@
  * second report, or the sweep, finds nothing and gets "lease not found"),
  * then locks the job_status row, then writes the attempt row and the new
  * status -- and, for a retry, the next task -- in the same transaction.
- * Lock order everywhere is lease, then job_status, then task, which cannot
- * deadlock with cancel (job_status, then task or lease-read).
+ * Reports lock the lease, then job_status, then write the task; cancel
+ * locks job_status, then the task.  The sweep also holds the tasks it
+ * promoted, so it locks job rows with NOWAIT and never waits on them.
  *
  *-------------------------------------------------------------------------
  */
@@ -146,12 +147,14 @@ silo_retry_delay_ms(const SiloRetryPolicy *policy, int32 retry_number)
 /*
  * outcome_lock_job: lock the job's status row and read its retry policy.
  * Returns whether the job has a cancellation flag, read after the lock so
- * that a cancel committed while we waited is seen.
+ * that a cancel committed while we waited is seen.  With nowait, a row
+ * locked by another transaction raises 55P03 instead of waiting.
  */
 static bool
-outcome_lock_job(SiloLease *lease, SiloRetryPolicy *policy)
+outcome_lock_job(SiloLease *lease, SiloRetryPolicy *policy, bool nowait)
 {
 	static SPIPlanPtr lock_plan = NULL;
+	static SPIPlanPtr nowait_plan = NULL;
 	static SPIPlanPtr flag_plan = NULL;
 	static const Oid types[2] = {TEXTOID, TEXTOID};
 	Datum		values[2];
@@ -160,12 +163,16 @@ outcome_lock_job(SiloLease *lease, SiloRetryPolicy *policy)
 
 	values[0] = CStringGetTextDatum(lease->tenant);
 	values[1] = CStringGetTextDatum(lease->job_id);
-	silo_exec(&lock_plan,
-			  "SELECT s.status, s.task_id, i.retry_count, i.retry_initial_ms, i.retry_max_ms,"
-			  "  i.retry_factor, i.retry_randomize"
-			  "  FROM silo.job_status s JOIN silo.job_info i ON i.tenant = s.tenant AND i.id = s.id"
-			  " WHERE s.tenant = $1 AND s.id = $2 FOR UPDATE OF s",
-			  2, types, values, NULL, false, 0);
+#define LOCK_JOB_SQL \
+	"SELECT s.status, s.task_id, i.retry_count, i.retry_initial_ms, i.retry_max_ms," \
+	"  i.retry_factor, i.retry_randomize" \
+	"  FROM silo.job_status s JOIN silo.job_info i ON i.tenant = s.tenant AND i.id = s.id" \
+	" WHERE s.tenant = $1 AND s.id = $2 FOR UPDATE OF s"
+
+	if (nowait)
+		silo_exec(&nowait_plan, LOCK_JOB_SQL " NOWAIT", 2, types, values, NULL, false, 0);
+	else
+		silo_exec(&lock_plan, LOCK_JOB_SQL, 2, types, values, NULL, false, 0);
 	if (SPI_processed != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_SILO_INTERNAL),
@@ -202,11 +209,14 @@ outcome_lock_job(SiloLease *lease, SiloRetryPolicy *policy)
  * attempt row and either a terminal status or, for a failure with retries
  * left, the next task and a Pending status.  A failure of a cancelled job
  * ends it Cancelled; a success ends it Succeeded even if a cancel is
- * pending (the work was done).  SPI must be connected.
+ * pending (the work was done).  SPI must be connected.  The sweep passes
+ * nowait, so a job row held by an open transaction is left for its next
+ * round rather than stalling it.
  */
 void
 silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
-					const char *error_code, Jsonb *error_data, TimestampTz now)
+					const char *error_code, Jsonb *error_data, TimestampTz now,
+					bool nowait)
 {
 	static SPIPlanPtr end_plan = NULL;
 	static SPIPlanPtr retry_plan = NULL;
@@ -225,7 +235,7 @@ silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
 	bool		retry = false;
 	int			i;
 
-	cancelled = outcome_lock_job(lease, &policy);
+	cancelled = outcome_lock_job(lease, &policy, nowait);
 
 	/*
 	 * The attempt records what happened to it; the job's status is where
@@ -335,7 +345,7 @@ outcome_report(FunctionCallInfo fcinfo, SiloOutcome outcome, Jsonb *result,
 
 	silo_spi_connect();
 	outcome_take_lease(PG_GETARG_DATUM(0), worker_id, now, &lease);
-	silo_finish_attempt(&lease, outcome, result, error_code, error_data, now);
+	silo_finish_attempt(&lease, outcome, result, error_code, error_data, now, false);
 	silo_spi_finish();
 }
 
@@ -401,9 +411,9 @@ silo_release(PG_FUNCTION_ARGS)
 
 	silo_spi_connect();
 	outcome_take_lease(PG_GETARG_DATUM(0), worker_id, now, &lease);
-	if (outcome_lock_job(&lease, &policy))
+	if (outcome_lock_job(&lease, &policy, false))
 	{
-		silo_finish_attempt(&lease, SILO_OUTCOME_CANCELLED, NULL, "RELEASED", NULL, now);
+		silo_finish_attempt(&lease, SILO_OUTCOME_CANCELLED, NULL, "RELEASED", NULL, now, false);
 		silo_spi_finish();
 		PG_RETURN_VOID();
 	}

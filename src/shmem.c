@@ -18,6 +18,8 @@
 #include "commands/async.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
+#include "nodes/pg_list.h"
+#include "utils/memutils.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -137,33 +139,77 @@ silo_wake_broker(void)
 	LWLockRelease(silo_shared->lock);
 }
 
+/* Task groups this transaction made work for; decided on at pre-commit. */
+static List *silo_pending_groups = NIL;
+
 /*
- * silo_notify_group: queue a NOTIFY on silo_task_ready for task_group,
- * unless one was queued for the same slot within silo.notify_coalesce_ms.
- *
- * In PostgreSQL 15 every notifying commit takes a cluster-wide lock, so a
- * notification per enqueue would serialize producers' commits.  The NOTIFY
- * is only sent if the transaction commits.
+ * silo_notify_group: remember that task_group has new due work, so that
+ * silo_notify_pre_commit can wake its workers when the transaction
+ * commits.  The NOTIFY itself is only ever sent by a committing
+ * transaction.
  */
 void
 silo_notify_group(const char *task_group)
 {
-	uint64		now;
-	uint64		last;
-	pg_atomic_uint64 *slot;
+	ListCell   *lc;
+	MemoryContext old;
 
-	if (silo_shared == NULL || silo_notify_coalesce_ms == 0)
+	foreach(lc, silo_pending_groups)
 	{
-		Async_Notify(SILO_NOTIFY_CHANNEL, task_group);
-		return;
+		if (strcmp((const char *) lfirst(lc), task_group) == 0)
+			return;
 	}
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	silo_pending_groups = lappend(silo_pending_groups, pstrdup(task_group));
+	MemoryContextSwitchTo(old);
+}
 
-	slot = &silo_shared->notify_slots[hash_bytes((const unsigned char *) task_group,
-												 strlen(task_group)) % SILO_NOTIFY_SLOTS];
-	now = (uint64) GetCurrentTimestamp();
-	last = pg_atomic_read_u64(slot);
-	if (now >= last && now - last < (uint64) silo_notify_coalesce_ms * 1000)
-		return;
-	if (pg_atomic_compare_exchange_u64(slot, &last, now))
-		Async_Notify(SILO_NOTIFY_CHANNEL, task_group);
+/*
+ * silo_notify_pre_commit: queue a NOTIFY on silo_task_ready for each
+ * remembered group, unless one was sent for the same slot within
+ * silo.notify_coalesce_ms.
+ *
+ * In PostgreSQL 15 every notifying commit takes a cluster-wide lock, so a
+ * notification per enqueue would serialize producers' commits.  Stamping
+ * the slot here, at pre-commit, rather than at enqueue time means a
+ * transaction that later aborts, or stays open for a long time, cannot
+ * suppress the wake-up of another transaction's work.
+ */
+void
+silo_notify_pre_commit(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, silo_pending_groups)
+	{
+		const char *task_group = (const char *) lfirst(lc);
+		uint64		now;
+		uint64		last;
+		pg_atomic_uint64 *slot;
+
+		if (silo_shared == NULL || silo_notify_coalesce_ms == 0)
+		{
+			Async_Notify(SILO_NOTIFY_CHANNEL, task_group);
+			continue;
+		}
+		slot = &silo_shared->notify_slots[hash_bytes((const unsigned char *) task_group,
+													 strlen(task_group)) % SILO_NOTIFY_SLOTS];
+		now = (uint64) GetCurrentTimestamp();
+		last = pg_atomic_read_u64(slot);
+		if (now >= last && now - last < (uint64) silo_notify_coalesce_ms * 1000)
+			continue;
+		if (pg_atomic_compare_exchange_u64(slot, &last, now))
+			Async_Notify(SILO_NOTIFY_CHANNEL, task_group);
+	}
+	silo_pending_groups = NIL;
+}
+
+/*
+ * silo_notify_forget: the transaction ended without committing; its list
+ * went away with TopTransactionContext.
+ */
+void
+silo_notify_forget(void)
+{
+	silo_pending_groups = NIL;
 }

@@ -47,6 +47,9 @@ _PG_init(void)
 {
 	silo_define_gucs();
 
+	/* Every backend that loads silo needs this, preloaded or not. */
+	RegisterXactCallback(silo_xact_callback, NULL);
+
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 
@@ -54,8 +57,6 @@ _PG_init(void)
 	shmem_request_hook = silo_request_shmem_hook;
 	silo_prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = silo_startup_shmem_hook;
-
-	RegisterXactCallback(silo_xact_callback, NULL);
 
 	if (!IsBinaryUpgrade)
 		silo_register_broker();
@@ -150,14 +151,22 @@ silo_wake_broker_at_commit(void)
 }
 
 /*
- * silo_xact_callback: wakes the broker after a commit that asked for it;
- * forgets the request on abort.
+ * silo_xact_callback: sends the transaction's coalesced wake-up
+ * notifications at pre-commit, wakes the broker after a commit that asked
+ * for it, and forgets both on abort.
  */
 static void
 silo_xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
+		case XACT_EVENT_PRE_COMMIT:
+			silo_notify_pre_commit();
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			/* NOTIFY cannot be prepared; workers will find the work by polling. */
+			silo_notify_forget();
+			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			if (silo_broker_wake_pending)
@@ -168,7 +177,9 @@ silo_xact_callback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
 			silo_broker_wake_pending = false;
+			silo_notify_forget();
 			break;
 		default:
 			break;

@@ -50,6 +50,9 @@ extern int	silo_clock_offset_ms;
 #define SILO_MIN_LEASE_MS		100
 #define SILO_MAX_LEASE_MS		3600000
 
+/* The pg_cron job that runs the retention purge. */
+#define SILO_PURGE_JOB_NAME		"silo-purge-terminal-jobs"
+
 /* The channel every wake-up goes to; the payload is the task group. */
 #define SILO_NOTIFY_CHANNEL		"silo_task_ready"
 
@@ -70,6 +73,8 @@ extern void silo_shmem_set_broker(bool attach);
 extern int	silo_shmem_broker_pid(void);
 extern void silo_wake_broker(void);
 extern void silo_notify_group(const char *task_group);
+extern void silo_notify_pre_commit(void);
+extern void silo_notify_forget(void);
 
 /* silo.c */
 extern void silo_wake_broker_at_commit(void);
@@ -146,11 +151,11 @@ typedef struct SiloLease
 extern bool silo_take_expired_lease(Datum task_id, TimestampTz now, SiloLease *lease);
 extern void silo_finish_attempt(SiloLease *lease, SiloOutcome outcome,
 								Jsonb *result, const char *error_code,
-								Jsonb *error_data, TimestampTz now);
+								Jsonb *error_data, TimestampTz now, bool nowait);
 extern int64 silo_retry_delay_ms(const SiloRetryPolicy *policy, int32 retry_number);
 
 /* broker.c */
 extern int64 silo_promote_due_tasks(TimestampTz now);
-extern int64 silo_sweep_expired_leases(TimestampTz now);
+extern int64 silo_sweep_expired_leases(TimestampTz now, int limit, bool *more);
 
 #endif							/* SILO_H */
