@@ -115,6 +115,32 @@ jobops_lock(Datum *key, JobState *st)
 }
 
 /*
+ * jobops_begin: the common start of cancel, restart and expedite: check
+ * the key arguments, connect SPI and lock the job; SL003 if it is missing.
+ */
+static void
+jobops_begin(FunctionCallInfo fcinfo, Datum *values, JobState *st)
+{
+	jobops_key_args(fcinfo, values);
+	silo_spi_connect();
+	if (!jobops_lock(values, st))
+		jobops_not_found(values);
+}
+
+/*
+ * jobops_task_key: put the key of the job's pending task into values[2..5]
+ * (task_group, start_at, priority, attempt), after tenant and job_id.
+ */
+static void
+jobops_task_key(Datum *values, JobState *st)
+{
+	values[2] = CStringGetTextDatum(st->task_group);
+	values[3] = TimestampTzGetDatum(st->next_attempt_at);
+	values[4] = Int16GetDatum((int16) st->priority);
+	values[5] = Int32GetDatum(st->attempt);
+}
+
+/*
  * jobops_task_leased: whether task_id has a lease row now (a fresh
  * snapshot: used after waiting for a concurrent lease to commit).
  */
@@ -157,10 +183,7 @@ silo_cancel(PG_FUNCTION_ARGS)
 	JobState	st;
 	TimestampTz now = silo_now_ts();
 
-	jobops_key_args(fcinfo, values);
-	silo_spi_connect();
-	if (!jobops_lock(values, &st))
-		jobops_not_found(values);
+	jobops_begin(fcinfo, values, &st);
 	if (strcmp(st.status, "Cancelled") == 0 || (st.cancelled && !jobops_is_terminal(&st)))
 		ereport(ERROR,
 				(errcode(ERRCODE_SILO_JOB_ALREADY_CANCELLED),
@@ -171,10 +194,7 @@ silo_cancel(PG_FUNCTION_ARGS)
 				 errmsg("job is already in terminal state"),
 				 errdetail("The job's status is %s.", st.status)));
 
-	values[2] = CStringGetTextDatum(st.task_group);
-	values[3] = TimestampTzGetDatum(st.next_attempt_at);
-	values[4] = Int16GetDatum((int16) st.priority);
-	values[5] = Int32GetDatum(st.attempt);
+	jobops_task_key(values, &st);
 	values[6] = TimestampTzGetDatum(now);
 
 	if (!st.running)
@@ -220,10 +240,7 @@ silo_restart(PG_FUNCTION_ARGS)
 	JobState	st;
 	TimestampTz now = silo_now_ts();
 
-	jobops_key_args(fcinfo, values);
-	silo_spi_connect();
-	if (!jobops_lock(values, &st))
-		jobops_not_found(values);
+	jobops_begin(fcinfo, values, &st);
 	if (strcmp(st.status, "Failed") != 0 && strcmp(st.status, "Cancelled") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_SILO_JOB_NOT_RESTARTABLE),
@@ -270,10 +287,7 @@ silo_expedite(PG_FUNCTION_ARGS)
 	TimestampTz now = silo_now_ts();
 	const char *why = NULL;
 
-	jobops_key_args(fcinfo, values);
-	silo_spi_connect();
-	if (!jobops_lock(values, &st))
-		jobops_not_found(values);
+	jobops_begin(fcinfo, values, &st);
 	if (jobops_is_terminal(&st))
 		why = "job is in a terminal state";
 	else if (st.cancelled)
@@ -288,10 +302,7 @@ silo_expedite(PG_FUNCTION_ARGS)
 				 errmsg("job cannot be expedited: %s", why),
 				 errdetail("Only a job waiting for a future start or a retry backoff can be expedited.")));
 
-	values[2] = CStringGetTextDatum(st.task_group);
-	values[3] = TimestampTzGetDatum(st.next_attempt_at);
-	values[4] = Int16GetDatum((int16) st.priority);
-	values[5] = Int32GetDatum(st.attempt);
+	jobops_task_key(values, &st);
 	values[6] = TimestampTzGetDatum(now);
 	silo_exec(&plan,
 			  "WITH t AS ("

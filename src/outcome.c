@@ -330,6 +330,21 @@ silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
 }
 
 /*
+ * outcome_begin: the common start of every report: check the task_id and
+ * worker_id arguments, connect SPI and take the lease.
+ */
+static void
+outcome_begin(FunctionCallInfo fcinfo, TimestampTz now, SiloLease *lease)
+{
+	char	   *worker_id;
+
+	silo_require_arg(fcinfo, 0, "task_id");
+	worker_id = silo_text_arg(fcinfo, 1, "worker_id", 1, SILO_MAX_WORKER_LEN);
+	silo_spi_connect();
+	outcome_take_lease(PG_GETARG_DATUM(0), worker_id, now, lease);
+}
+
+/*
  * outcome_report: the shared body of complete, fail and ack_cancel.
  */
 static void
@@ -337,14 +352,9 @@ outcome_report(FunctionCallInfo fcinfo, SiloOutcome outcome, Jsonb *result,
 			   const char *error_code, Jsonb *error_data)
 {
 	SiloLease	lease;
-	char	   *worker_id;
 	TimestampTz now = silo_now_ts();
 
-	silo_require_arg(fcinfo, 0, "task_id");
-	worker_id = silo_text_arg(fcinfo, 1, "worker_id", 1, SILO_MAX_WORKER_LEN);
-
-	silo_spi_connect();
-	outcome_take_lease(PG_GETARG_DATUM(0), worker_id, now, &lease);
+	outcome_begin(fcinfo, now, &lease);
 	silo_finish_attempt(&lease, outcome, result, error_code, error_data, now, false);
 	silo_spi_finish();
 }
@@ -403,14 +413,9 @@ silo_release(PG_FUNCTION_ARGS)
 	Datum		values[10];
 	SiloLease	lease;
 	SiloRetryPolicy policy;
-	char	   *worker_id;
 	TimestampTz now = silo_now_ts();
 
-	silo_require_arg(fcinfo, 0, "task_id");
-	worker_id = silo_text_arg(fcinfo, 1, "worker_id", 1, SILO_MAX_WORKER_LEN);
-
-	silo_spi_connect();
-	outcome_take_lease(PG_GETARG_DATUM(0), worker_id, now, &lease);
+	outcome_begin(fcinfo, now, &lease);
 	if (outcome_lock_job(&lease, &policy, false))
 	{
 		silo_finish_attempt(&lease, SILO_OUTCOME_CANCELLED, NULL, "RELEASED", NULL, now, false);
