@@ -1,7 +1,8 @@
 # Makefile for the silo extension (PGXS).
 #
 #   make            build the extension and tools/silo-worker
-#   make install    install into the PostgreSQL found by PG_CONFIG
+#   make install    install into the PostgreSQL found by PG_CONFIG (the
+#                   worker goes to its bindir as silo-worker)
 #   make test       install what is missing, build, run every suite
 #   make demo       install what is missing, build, run a real demo
 #   make stress     the long randomized stress run
@@ -24,10 +25,24 @@ include $(PGXS)
 LIBPQ_CFLAGS = -I$(shell $(PG_CONFIG) --includedir)
 LIBPQ_LIBS = -L$(shell $(PG_CONFIG) --libdir) -lpq -lpthread
 
-all: $(if $(wildcard tools/silo-worker.c),tools/silo-worker)
+# The reference worker: sources in tools/worker/, binary at tools/silo-worker.
+SILO_WORKER_SRCS = $(sort $(wildcard tools/worker/*.c))
 
-tools/silo-worker: tools/silo-worker.c
-	$(CC) -O2 -g -std=gnu11 -Wall -Wextra -Werror $(LIBPQ_CFLAGS) -o $@ $< $(LIBPQ_LIBS)
+all: $(if $(SILO_WORKER_SRCS),tools/silo-worker)
+
+tools/silo-worker: $(SILO_WORKER_SRCS) tools/worker/silo_worker.h
+	$(CC) -O2 -g -std=gnu11 -Wall -Wextra -Werror $(LIBPQ_CFLAGS) -o $@ $(SILO_WORKER_SRCS) $(LIBPQ_LIBS)
+
+install: $(if $(SILO_WORKER_SRCS),install-silo-worker)
+uninstall: uninstall-silo-worker
+
+.PHONY: install-silo-worker uninstall-silo-worker
+install-silo-worker: tools/silo-worker
+	$(MKDIR_P) '$(DESTDIR)$(bindir)'
+	$(INSTALL_PROGRAM) tools/silo-worker '$(DESTDIR)$(bindir)/silo-worker'
+
+uninstall-silo-worker:
+	rm -f '$(DESTDIR)$(bindir)/silo-worker'
 
 .PHONY: test demo stress
 test:

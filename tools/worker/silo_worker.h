@@ -1,0 +1,220 @@
+/*-------------------------------------------------------------------------
+ *
+ * silo_worker.h
+ *	  Private declarations shared by the files of the reference worker.
+ *
+ * The worker LISTENs on the silo_task_ready channel, leases tasks of one
+ * task group in batches with silo.lease(), keeps the leases alive with
+ * silo.heartbeat() every third of the lease, runs a handler per task and
+ * reports the outcome with silo.complete(), silo.fail() or silo.ack_cancel().
+ * On SIGTERM or SIGINT it stops leasing, lets running jobs finish for up to
+ * --grace-ms, then kills what is left and hands those tasks back with
+ * silo.release().
+ *
+ * Without --exec the handler is a no-op that succeeds at once, and a whole
+ * batch is completed in a single round trip.  With --exec CMD each task runs
+ * "/bin/sh -c CMD" with the payload on stdin; opt_usage() in main.c
+ * describes the contract.
+ *
+ * Everything happens in one thread.  A poll() loop watches the libpq socket
+ * (for notifications), a self-pipe written by the signal handlers, and the
+ * stdin/stdout/stderr pipes of the children.  All queries are synchronous on
+ * one connection, which is fine because every one of them is short.
+ *
+ * Module map (each file owns the globals declared under its name):
+ *	  main.c	command line, startup and the final summary
+ *	  loop.c	signals, the poll() loop and shutdown
+ *	  lease.c	leasing, the no-op handler, heartbeats
+ *	  exec.c	child processes of --exec: pipes, outcomes, reaping
+ *	  db.c		the libpq connection, queries, reconnecting
+ *	  json.c	JSON validator and string escaper (and their self-test)
+ *	  util.c	clock, logging, string buffers
+ *
+ * Only libpq and POSIX are needed; "make" builds tools/silo-worker, or by
+ * hand, in this directory:
+ *	  cc -std=gnu11 -I`pg_config --includedir` *.c -lpq
+ * Building with -DSILO_WORKER_SELFTEST replaces main() by a self-test of the
+ * JSON helpers.
+ *
+ * This header must be the first one every file includes, because it asks
+ * for the GNU extensions (pipe2) before any system header is read.
+ *
+ * tools/worker/silo_worker.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SILO_WORKER_H
+#define SILO_WORKER_H
+
+#define _GNU_SOURCE
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <libpq-fe.h>
+
+#define STDOUT_CAP			(1024 * 1024)	/* stdout kept per job */
+#define STDERR_TAIL			4096	/* trailing stderr bytes kept per job */
+#define RECONNECT_DELAY_MS	1000
+
+/* Every parameter is sent as text; the casts pick the function signature. */
+#define SQL_LEASE \
+	"SELECT task_id, kind, tenant, job_id, attempt, relative_attempt, " \
+	"is_last_attempt, task_group, payload " \
+	"FROM silo.lease($1::text, $2::text, $3::int, $4::int)"
+#define SQL_HEARTBEAT "SELECT silo.heartbeat($1::uuid, $2::text, $3::int)"
+#define SQL_HEARTBEAT_MANY \
+	"SELECT t::text, silo.heartbeat(t, $1::text, $3::int) " \
+	"FROM unnest($2::uuid[]) AS t"
+#define SQL_COMPLETE "SELECT silo.complete($1::uuid, $2::text, $3::jsonb)"
+#define SQL_COMPLETE_MANY \
+	"SELECT silo.complete(t, $1::text, NULL) FROM unnest($2::uuid[]) AS t"
+#define SQL_FAIL "SELECT silo.fail($1::uuid, $2::text, $3::text, $4::jsonb)"
+#define SQL_ACK_CANCEL "SELECT silo.ack_cancel($1::uuid, $2::text)"
+#define SQL_RELEASE "SELECT silo.release($1::uuid, $2::text)"
+
+/* Column numbers in the result of SQL_LEASE. */
+enum
+{
+	COL_TASK_ID, COL_KIND, COL_TENANT, COL_JOB_ID, COL_ATTEMPT,
+	COL_REL_ATTEMPT, COL_IS_LAST, COL_TASK_GROUP, COL_PAYLOAD
+};
+
+typedef struct StrBuf
+{
+	char	   *data;			/* always NUL-terminated once allocated */
+	size_t		len;
+	size_t		cap;
+} StrBuf;
+
+typedef enum LogLevel
+{
+	LOG_VERBOSE, LOG_INFO, LOG_WARNING, LOG_ERROR
+} LogLevel;
+
+typedef enum QueryStatus
+{
+	QS_OK,
+	QS_LEASE_LOST,				/* SL001/SL002: drop the task silently */
+	QS_ERROR,					/* other SQL error; the connection is fine */
+	QS_CONN_LOST				/* the connection is gone and was dropped */
+} QueryStatus;
+
+/* One task being run by a child process (--exec mode only). */
+typedef struct Job
+{
+	char	   *task_id;
+	char	   *job_id;
+	char	   *tenant;
+	char	   *kind;
+	char	   *task_group;
+	char	   *attempt;
+	char	   *relative_attempt;
+	bool		is_last_attempt;
+	char	   *input;			/* payload plus newline, fed to stdin */
+	size_t		input_len;
+	size_t		input_off;
+	pid_t		pid;
+	int			in_fd;			/* our ends of the child's pipes, or -1 */
+	int			out_fd;
+	int			err_fd;
+	StrBuf		out;			/* first STDOUT_CAP bytes of stdout */
+	bool		out_truncated;
+	char		err_tail[STDERR_TAIL];	/* last bytes of stderr */
+	size_t		err_len;
+	bool		err_truncated;
+	int64_t		next_heartbeat;
+	int64_t		kill_at;		/* SIGKILL a cancelled job then; 0 = never */
+	bool		cancelled;		/* a heartbeat reported a cancellation */
+	bool		lost;			/* lease lost: kill the child, report nothing */
+	bool		shutdown_kill;	/* killed when the grace period ran out */
+	bool		in_round;		/* part of the current heartbeat round */
+} Job;
+
+/* The command line, after defaults are applied. */
+typedef struct WorkerOptions
+{
+	const char *dsn;
+	const char *task_group;
+	char	   *worker_id;
+	int			concurrency;
+	int			batch;
+	int			lease_ms;
+	int			poll_ms;
+	int			grace_ms;
+	const char *exec_cmd;
+	long		max_jobs;
+	int			exit_when_idle_ms;
+	bool		progress;
+	bool		quiet;
+	bool		verbose;
+} WorkerOptions;
+
+/* Outcome counters for --progress and the summary line. */
+typedef struct WorkerStats
+{
+	long		succeeded;
+	long		failed;
+	long		cancelled;
+	long		released;
+	long		lost;			/* leases lost or reports that did not land */
+} WorkerStats;
+
+#define FINISHED() \
+	(stats.succeeded + stats.failed + stats.cancelled + stats.released)
+
+/* main.c */
+extern WorkerOptions opt;
+extern WorkerStats stats;
+
+/* loop.c */
+extern void loop_setup_signals(void);
+extern void loop_run(int64_t start);
+
+/* lease.c */
+extern bool lease_wanted;		/* last lease came back full: lease again */
+extern bool notified;			/* a NOTIFY for our group arrived */
+extern int64_t next_poll_at;	/* fallback lease time when not woken */
+extern int	lease_tasks(int64_t now);
+extern void lease_heartbeat_jobs(int64_t now);
+
+/* exec.c */
+extern Job **jobs;				/* opt.concurrency slots, NULL when free */
+extern int	njobs;
+extern void exec_signal_job(Job *job, int signo);
+extern void exec_mark_lost(Job *job);
+extern void exec_spawn_job(PGresult *res, int row, int64_t now);
+extern void exec_read(Job *job, bool is_stderr);
+extern void exec_write_stdin(Job *job);
+extern void exec_reap_children(void);
+
+/* db.c */
+extern PGconn *conn;
+extern int64_t reconnect_at;
+extern char last_sqlstate[6];
+extern bool db_connect(bool initial);
+extern void db_drop_connection(void);
+extern void db_drain_notifies(void);
+extern QueryStatus db_query(const char *what, const char *sql, int nparams,
+							const char *const *params, PGresult **res);
+extern QueryStatus db_task_call(const char *what, const char *sql, int nparams,
+								const char *task_id, const char *p3,
+								const char *p4);
+
+/* json.c */
+extern void json_append_string(StrBuf *sb, const char *text, size_t len);
+extern bool json_is_valid(const char *text, size_t len);
+
+/* util.c */
+extern int64_t now_ms(void);
+extern void log_msg(LogLevel level, const char *fmt,...)
+			__attribute__((format(printf, 2, 3)));
+extern int	msglen(const char *msg);
+extern char *xstrdup(const char *s);
+extern void sb_append(StrBuf *sb, const char *s, size_t n);
+extern void sb_puts(StrBuf *sb, const char *s);
+extern void sb_free(StrBuf *sb);
+
+#endif							/* SILO_WORKER_H */
