@@ -112,17 +112,19 @@ broker_expired_error_data(SiloLease *lease, TimestampTz now)
 /*
  * silo_sweep_expired_leases: end every expired lease as a failed attempt
  * with code WORKER_CRASHED (retried per the job's policy; Cancelled when
- * the job was flagged).  Looks at up to limit expired leases; *more says
- * whether there may be others.  SPI must be connected.  Returns the number
- * swept; leases whose job row is locked by another transaction are left
- * for a later round.
+ * the job was flagged).  Looks at up to limit expired leases, oldest
+ * first, after skipping *offset of them; *more says whether there may be
+ * others.  Leases that cannot be swept now (their lease or job row is
+ * locked by another transaction) stay in place, and *offset grows by their
+ * number so that the next round looks past them.  SPI must be connected.
+ * Returns the number swept.
  */
 int64
-silo_sweep_expired_leases(TimestampTz now, int limit, bool *more)
+silo_sweep_expired_leases(TimestampTz now, int limit, int64 *offset, bool *more)
 {
 	static SPIPlanPtr plan = NULL;
-	static const Oid types[2] = {TIMESTAMPTZOID, INT4OID};
-	Datum		values[2];
+	static const Oid types[3] = {TIMESTAMPTZOID, INT4OID, INT8OID};
+	Datum		values[3];
 	Datum	   *ids;
 	uint64		n;
 	uint64		i;
@@ -132,9 +134,11 @@ silo_sweep_expired_leases(TimestampTz now, int limit, bool *more)
 
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = Int32GetDatum(limit);
+	values[2] = Int64GetDatum(*offset);
 	silo_exec(&plan,
-			  "SELECT task_id FROM silo.task_lease WHERE expires_at <= $1 LIMIT $2",
-			  2, types, values, NULL, false, 0);
+			  "SELECT task_id FROM silo.task_lease WHERE expires_at <= $1"
+			  " ORDER BY expires_at, task_id OFFSET $3 LIMIT $2",
+			  3, types, values, NULL, false, 0);
 	n = SPI_processed;
 	*more = (n == (uint64) limit);
 	ids = palloc(sizeof(Datum) * (n + 1));
@@ -188,6 +192,8 @@ silo_sweep_expired_leases(TimestampTz now, int limit, bool *more)
 		}
 		PG_END_TRY();
 	}
+	/* Leases left in place stay ahead of the rest: page past them. */
+	*offset += (int64) n - swept;
 	return swept;
 }
 
@@ -258,7 +264,7 @@ broker_run(MemoryContext loopcxt, const char *activity, void (*fn) (void *), voi
 /* What one sweep round reports back to broker_tick. */
 typedef struct BrokerSweepRound
 {
-	int64		swept;
+	int64		offset;			/* leases skipped so far this tick */
 	bool		more;
 } BrokerSweepRound;
 
@@ -277,7 +283,8 @@ broker_sweep_step(void *arg)
 {
 	BrokerSweepRound *round = (BrokerSweepRound *) arg;
 
-	round->swept = silo_sweep_expired_leases(silo_now_ts(), BROKER_SWEEP_BATCH, &round->more);
+	(void) silo_sweep_expired_leases(silo_now_ts(), BROKER_SWEEP_BATCH, &round->offset,
+									 &round->more);
 }
 
 static void
@@ -289,7 +296,8 @@ broker_sleep_step(void *arg)
 /*
  * broker_tick: promote due tasks (committed at once, so workers see them
  * while the sweep runs), then sweep expired leases in small transactions
- * until none is left that can be swept now.  Small transactions keep each
+ * until every expired lease has been looked at (at most
+ * BROKER_MAX_SWEEP_ROUNDS rounds).  Small transactions keep each
  * under the 64 subtransactions a backend caches.  Returns the time to
  * sleep.
  */
@@ -302,14 +310,14 @@ broker_tick(MemoryContext loopcxt)
 
 	if (!broker_run(loopcxt, "silo broker: promote", broker_promote_step, NULL))
 		return BROKER_MAX_SLEEP_MS;
+	round.offset = 0;
 	do
 	{
-		round.swept = 0;
 		round.more = false;
 		if (!broker_run(loopcxt, "silo broker: sweep", broker_sweep_step, &round))
 			break;
 		CHECK_FOR_INTERRUPTS();
-	} while (round.more && round.swept > 0 && ++rounds < BROKER_MAX_SWEEP_ROUNDS);
+	} while (round.more && ++rounds < BROKER_MAX_SWEEP_ROUNDS);
 	(void) broker_run(loopcxt, "silo broker: plan", broker_sleep_step, &sleep_ms);
 	return sleep_ms;
 }
@@ -436,14 +444,14 @@ silo_run_maintenance(PG_FUNCTION_ARGS)
 	values[0] = Int64GetDatum(silo_promote_due_tasks(now));
 	{
 		int64		swept = 0;
-		int64		n;
+		int64		offset = 0;
 		bool		more;
 
 		do
 		{
-			n = silo_sweep_expired_leases(now, 1000, &more);
-			swept += n;
-		} while (more && n > 0);
+			swept += silo_sweep_expired_leases(now, 1000, &offset, &more);
+			CHECK_FOR_INTERRUPTS();
+		} while (more);
 		values[1] = Int64GetDatum(swept);
 	}
 	silo_spi_finish();

@@ -156,6 +156,7 @@ extern int64 silo_retry_delay_ms(const SiloRetryPolicy *policy, int32 retry_numb
 
 /* broker.c */
 extern int64 silo_promote_due_tasks(TimestampTz now);
-extern int64 silo_sweep_expired_leases(TimestampTz now, int limit, bool *more);
+extern int64 silo_sweep_expired_leases(TimestampTz now, int limit, int64 *offset,
+										 bool *more);
 
 #endif							/* SILO_H */
