@@ -199,7 +199,8 @@ silo_enqueue(PG_FUNCTION_ARGS)
 	args.limits = PG_GETARG_JSONB_P(7);
 	silo_require_arg(fcinfo, 8, "metadata");
 	args.metadata = PG_GETARG_JSONB_P(8);
-	args.ignore_conflict = enqueue_parse_on_conflict(silo_text_arg(fcinfo, 9, "on_conflict", 0, 16));
+	silo_require_arg(fcinfo, 9, "on_conflict");
+	args.ignore_conflict = enqueue_parse_on_conflict(text_to_cstring(PG_GETARG_TEXT_PP(9)));
 
 	PG_RETURN_TEXT_P(cstring_to_text(silo_enqueue_job(&args)));
 }

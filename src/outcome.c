@@ -136,6 +136,9 @@ silo_retry_delay_ms(const SiloRetryPolicy *policy, int32 retry_number)
 {
 	double		delay;
 
+	/* 0 * an overflowed power would be NaN; a zero interval stays zero. */
+	if (policy->initial_ms == 0)
+		return 0;
 	delay = (double) policy->initial_ms * pow(policy->factor, (double) (retry_number - 1));
 	if (policy->randomize)
 		delay *= 1.0 + pg_prng_double(&pg_global_prng_state);

@@ -15,6 +15,7 @@
  */
 #include "silo.h"
 
+#include "access/xact.h"
 #include "commands/async.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
@@ -139,7 +140,17 @@ silo_wake_broker(void)
 	LWLockRelease(silo_shared->lock);
 }
 
-/* Task groups this transaction made work for; decided on at pre-commit. */
+/*
+ * Task groups this transaction made work for, each with the subtransaction
+ * nesting level that added it, so that a rolled-back subtransaction's
+ * groups are forgotten.  Decided on at pre-commit.
+ */
+typedef struct SiloPendingGroup
+{
+	char	   *task_group;
+	int			level;
+} SiloPendingGroup;
+
 static List *silo_pending_groups = NIL;
 
 /*
@@ -153,15 +164,44 @@ silo_notify_group(const char *task_group)
 {
 	ListCell   *lc;
 	MemoryContext old;
+	SiloPendingGroup *pg;
 
 	foreach(lc, silo_pending_groups)
 	{
-		if (strcmp((const char *) lfirst(lc), task_group) == 0)
+		pg = (SiloPendingGroup *) lfirst(lc);
+		if (strcmp(pg->task_group, task_group) == 0)
 			return;
 	}
 	old = MemoryContextSwitchTo(TopTransactionContext);
-	silo_pending_groups = lappend(silo_pending_groups, pstrdup(task_group));
+	pg = palloc(sizeof(SiloPendingGroup));
+	pg->task_group = pstrdup(task_group);
+	pg->level = GetCurrentTransactionNestLevel();
+	silo_pending_groups = lappend(silo_pending_groups, pg);
 	MemoryContextSwitchTo(old);
+}
+
+/*
+ * silo_notify_subxact_end: a subtransaction at the current nesting level
+ * ends.  If it commits, its groups now belong to its parent; if it aborts,
+ * its work is gone and so are its wake-ups.
+ */
+void
+silo_notify_subxact_end(bool commit)
+{
+	int			level = GetCurrentTransactionNestLevel();
+	ListCell   *lc;
+
+	foreach(lc, silo_pending_groups)
+	{
+		SiloPendingGroup *pg = (SiloPendingGroup *) lfirst(lc);
+
+		if (pg->level < level)
+			continue;
+		if (commit)
+			pg->level = level - 1;
+		else
+			silo_pending_groups = foreach_delete_current(silo_pending_groups, lc);
+	}
 }
 
 /*
@@ -182,7 +222,7 @@ silo_notify_pre_commit(void)
 
 	foreach(lc, silo_pending_groups)
 	{
-		const char *task_group = (const char *) lfirst(lc);
+		const char *task_group = ((SiloPendingGroup *) lfirst(lc))->task_group;
 		uint64		now;
 		uint64		last;
 		pg_atomic_uint64 *slot;

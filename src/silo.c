@@ -34,6 +34,8 @@ void		_PG_init(void);
 static void silo_define_gucs(void);
 static void silo_register_broker(void);
 static void silo_xact_callback(XactEvent event, void *arg);
+static void silo_subxact_callback(SubXactEvent event, SubTransactionId my_subid,
+								  SubTransactionId parent_subid, void *arg);
 static void silo_request_shmem_hook(void);
 static void silo_startup_shmem_hook(void);
 
@@ -49,6 +51,7 @@ _PG_init(void)
 
 	/* Every backend that loads silo needs this, preloaded or not. */
 	RegisterXactCallback(silo_xact_callback, NULL);
+	RegisterSubXactCallback(silo_subxact_callback, NULL);
 
 	if (!process_shared_preload_libraries_in_progress)
 		return;
@@ -184,6 +187,20 @@ silo_xact_callback(XactEvent event, void *arg)
 		default:
 			break;
 	}
+}
+
+/*
+ * silo_subxact_callback: a rolled-back subtransaction (a savepoint, a
+ * plpgsql exception block) takes its wake-ups with it.
+ */
+static void
+silo_subxact_callback(SubXactEvent event, SubTransactionId my_subid,
+					  SubTransactionId parent_subid, void *arg)
+{
+	if (event == SUBXACT_EVENT_COMMIT_SUB)
+		silo_notify_subxact_end(true);
+	else if (event == SUBXACT_EVENT_ABORT_SUB)
+		silo_notify_subxact_end(false);
 }
 
 /*

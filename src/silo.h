@@ -75,6 +75,7 @@ extern void silo_wake_broker(void);
 extern void silo_notify_group(const char *task_group);
 extern void silo_notify_pre_commit(void);
 extern void silo_notify_forget(void);
+extern void silo_notify_subxact_end(bool commit);
 
 /* silo.c */
 extern void silo_wake_broker_at_commit(void);
