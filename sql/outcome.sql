@@ -327,3 +327,23 @@ SELECT job_id, test_helpers.sqlstate_of(format(
 SELECT job_id, expired FROM silo.leases WHERE task_group = 'oe' ORDER BY job_id;
 SELECT count(*) AS attempts FROM silo.attempt WHERE job_id LIKE 'expired-%';
 RESET silo.clock_offset_ms;
+
+-- reports lock the job row and then read the cancellation flag; only READ
+-- COMMITTED reads a cancel that committed meanwhile, so other levels are refused
+SELECT silo.enqueue('rc', id => 'rc-1');
+SELECT task_id AS rc_task FROM silo.lease('w1', 'rc') \gset
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT silo.complete(:'rc_task', 'w1');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT silo.fail(:'rc_task', 'w1', 'E');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT * FROM silo.run_maintenance();
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+-- the lease is untouched, and a READ COMMITTED report still works
+SELECT silo.complete(:'rc_task', 'w1');
+SELECT status FROM silo.jobs WHERE id = 'rc-1';

@@ -374,18 +374,21 @@ SELECT task_id, kind, task_group, tenant, job_id, attempt, relative_attempt,
 	   worker_id, started_at, expires_at, expires_at <= silo.now() AS expired
   FROM silo.task_lease;
 
+-- Per task group: what is due, scheduled, running; one clock read per query.
 CREATE VIEW silo.task_groups AS
-WITH t AS (
+WITH c AS (
+	SELECT silo.now() AS now
+), t AS (
 	SELECT task_group,
-		   count(*) FILTER (WHERE start_at <= silo.now()) AS due,
-		   count(*) FILTER (WHERE start_at > silo.now()) AS scheduled,
-		   silo.now() - min(start_at) FILTER (WHERE start_at <= silo.now()) AS oldest_due_age
-	  FROM silo.task GROUP BY task_group
+		   count(*) FILTER (WHERE start_at <= c.now) AS due,
+		   count(*) FILTER (WHERE start_at > c.now) AS scheduled,
+		   c.now - min(start_at) FILTER (WHERE start_at <= c.now) AS oldest_due_age
+	  FROM silo.task, c GROUP BY task_group, c.now
 ), l AS (
 	SELECT task_group,
-		   count(*) FILTER (WHERE expires_at > silo.now()) AS running,
-		   count(*) FILTER (WHERE expires_at <= silo.now()) AS expired_leases
-	  FROM silo.task_lease GROUP BY task_group
+		   count(*) FILTER (WHERE expires_at > c.now) AS running,
+		   count(*) FILTER (WHERE expires_at <= c.now) AS expired_leases
+	  FROM silo.task_lease, c GROUP BY task_group
 )
 SELECT coalesce(t.task_group, l.task_group) AS task_group,
 	   coalesce(t.due, 0) AS due, coalesce(t.scheduled, 0) AS scheduled,
@@ -412,7 +415,6 @@ $$;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA silo FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA silo FROM PUBLIC;
 GRANT USAGE ON SCHEMA silo TO silo_producer, silo_worker, silo_admin;
-GRANT USAGE ON TYPE silo.leased_task TO silo_worker, silo_admin;
 
 GRANT EXECUTE ON FUNCTION silo.enqueue(text, jsonb, text, text, integer, timestamptz, jsonb, jsonb, jsonb, text),
 	silo.enqueue_many(jsonb), silo.cancel(text, text), silo.restart(text, text),

@@ -33,6 +33,7 @@
 #include "utils/datum.h"
 #include "utils/json.h"
 #include "utils/fmgrprotos.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
@@ -47,6 +48,7 @@ PG_FUNCTION_INFO_V1(silo_broker_pid);
 #define BROKER_SWEEP_BATCH		50
 #define BROKER_MAX_SLEEP_MS		1000
 #define BROKER_MAX_SWEEP_ROUNDS 200
+#define BROKER_LOCKED_RETRY_MS	50
 #define BROKER_ENSURE_INTERVAL_MS 1000
 #define PURGE_BATCH				5000
 
@@ -214,10 +216,26 @@ broker_next_sleep_ms(TimestampTz now)
 	next = silo_col_ts(0, 1, &isnull);
 	if (isnull)
 		return BROKER_MAX_SLEEP_MS;
+	/*
+	 * A task already overdue after a promotion round is locked by some
+	 * transaction (a lease or cancel in flight): back off rather than spin.
+	 */
+	if (next <= now)
+		return BROKER_LOCKED_RETRY_MS;
 	ms = (long) ((next - now) / 1000) + 1;
-	if (ms < 1)
-		ms = 1;
 	return Min(ms, BROKER_MAX_SLEEP_MS);
+}
+
+/*
+ * broker_check_interrupts: between transactions there is no statement to
+ * cancel, so a query cancel (pg_cancel_backend) is dropped there rather
+ * than ending the broker; termination still works.
+ */
+static void
+broker_check_interrupts(void)
+{
+	QueryCancelPending = false;
+	CHECK_FOR_INTERRUPTS();
 }
 
 /*
@@ -308,15 +326,15 @@ broker_tick(MemoryContext loopcxt)
 	int			rounds = 0;
 	BrokerSweepRound round;
 
-	if (!broker_run(loopcxt, "silo broker: promote", broker_promote_step, NULL))
-		return BROKER_MAX_SLEEP_MS;
+	/* A failed promotion must not stop the sweep. */
+	(void) broker_run(loopcxt, "silo broker: promote", broker_promote_step, NULL);
 	round.offset = 0;
 	do
 	{
 		round.more = false;
 		if (!broker_run(loopcxt, "silo broker: sweep", broker_sweep_step, &round))
 			break;
-		CHECK_FOR_INTERRUPTS();
+		broker_check_interrupts();
 	} while (round.more && ++rounds < BROKER_MAX_SWEEP_ROUNDS);
 	(void) broker_run(loopcxt, "silo broker: plan", broker_sleep_step, &sleep_ms);
 	return sleep_ms;
@@ -391,6 +409,17 @@ silo_broker_main(Datum main_arg)
 
 	BackgroundWorkerInitializeConnection(silo_database, NULL, 0);
 	pgstat_report_appname("silo broker");
+
+	/*
+	 * ALTER DATABASE/ROLE ... SET applies to the broker too; the sweep's
+	 * correctness needs READ COMMITTED and writable transactions, and no
+	 * timeout may abort its rounds.
+	 */
+	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("idle_in_transaction_session_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
 	silo_shmem_set_broker(true);
 	ereport(LOG,
 			(errmsg("silo broker started for database \"%s\"", silo_database)));
@@ -401,7 +430,7 @@ silo_broker_main(Datum main_arg)
 	{
 		long		sleep_ms = BROKER_MAX_SLEEP_MS;
 
-		CHECK_FOR_INTERRUPTS();
+		broker_check_interrupts();
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
@@ -440,6 +469,7 @@ silo_run_maintenance(PG_FUNCTION_ARGS)
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "silo: run_maintenance must return a record");
+	silo_require_read_committed("silo.run_maintenance");
 	silo_spi_connect();
 	values[0] = Int64GetDatum(silo_promote_due_tasks(now));
 	{

@@ -13,6 +13,8 @@
  */
 #include "silo.h"
 
+#include <math.h>
+
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
@@ -333,7 +335,7 @@ enqueue_from_json(JsonbValue *obj, SiloEnqueueArgs *args)
 						 errmsg("priority must be a JSON number")));
 			d = DatumGetFloat8(DirectFunctionCall1(numeric_float8_no_overflow,
 												   NumericGetDatum(v.val.numeric)));
-			if (d != (double) (int64) d || d < -1e9 || d > 1e9)
+			if (!(d >= -1e9 && d <= 1e9) || d != floor(d))
 				ereport(ERROR,
 						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						 errmsg("priority must be an integer between 0 and 99")));

@@ -141,6 +141,21 @@ jobops_task_key(Datum *values, JobState *st)
 }
 
 /*
+ * jobops_state_name: the job's state as silo.jobs shows it.
+ */
+static const char *
+jobops_state_name(JobState *st, TimestampTz now)
+{
+	if (strcmp(st->status, "Pending") != 0)
+		return st->status;
+	if (st->running)
+		return "Running";
+	if (st->next_attempt_at > now)
+		return st->attempt > 1 ? "Retrying" : "Scheduled";
+	return "Waiting";
+}
+
+/*
  * jobops_task_leased: whether task_id has a lease row now (a fresh
  * snapshot: used after waiting for a concurrent lease to commit).
  */
@@ -246,8 +261,7 @@ silo_restart(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_SILO_JOB_NOT_RESTARTABLE),
 				 errmsg("job is not restartable"),
 				 errdetail("Only Failed or Cancelled jobs can be restarted; this job is %s.",
-						   strcmp(st.status, "Pending") == 0 ?
-						   (st.running ? "Running" : "pending") : st.status)));
+						   jobops_state_name(&st, now))));
 
 	values[2] = CStringGetTextDatum(st.task_group);
 	values[3] = TimestampTzGetDatum(now);
@@ -315,7 +329,8 @@ silo_expedite(PG_FUNCTION_ARGS)
 	if (SPI_processed != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_SILO_JOB_NOT_EXPEDITABLE),
-				 errmsg("job cannot be expedited: no pending task")));
+				 errmsg("job cannot be expedited: %s",
+						jobops_task_leased(st.task_id) ? "job is running" : "no pending task")));
 	silo_spi_finish();
 	silo_notify_group(st.task_group);
 	PG_RETURN_VOID();
@@ -345,7 +360,7 @@ silo_delete_job(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_SILO_JOB_NOT_TERMINAL),
 				 errmsg("job is not in a terminal state"),
 				 errdetail("Only Succeeded, Failed or Cancelled jobs can be deleted."),
-				 errhint("Cancel the job first.")));
+				 errhint("Cancel it (a running job ends when its worker reports) or let it finish, then delete it.")));
 	silo_exec(&plan,
 			  "WITH a AS (DELETE FROM silo.attempt WHERE tenant = $1 AND job_id = $2),"
 			  " m AS (DELETE FROM silo.job_metadata m USING silo.job_info i, jsonb_each_text(i.metadata) e"

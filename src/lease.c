@@ -14,7 +14,6 @@
  */
 #include "silo.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
@@ -77,13 +76,7 @@ silo_lease(PG_FUNCTION_ARGS)
 	lease_ms = PG_GETARG_INT32(3);
 	silo_check_range("lease_ms", lease_ms, SILO_MIN_LEASE_MS, SILO_MAX_LEASE_MS);
 
-	if (IsolationUsesXactSnapshot())
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
-				 errmsg("silo.lease requires the READ COMMITTED isolation level"),
-				 errdetail("Under %s a task another worker has just taken raises a serialization error instead of being skipped.",
-						   IsolationIsSerializable() ? "SERIALIZABLE" : "REPEATABLE READ"),
-				 errhint("Call silo.lease outside an explicit transaction, or in a READ COMMITTED one.")));
+	silo_require_read_committed("silo.lease");
 
 	InitMaterializedSRF(fcinfo, 0);
 
@@ -191,12 +184,16 @@ silo_heartbeat(PG_FUNCTION_ARGS)
 				 errmsg("lease owner mismatch"),
 				 errdetail("Task %s is leased by another worker.",
 						   silo_uuid_to_cstring(values[0]))));
+	if (SPI_processed == 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_LEASE_NOT_FOUND),
+				 errmsg("lease not found"),
+				 errdetail("The lease on task %s has expired; the sweep ends the attempt as WORKER_CRASHED.",
+						   silo_uuid_to_cstring(values[0]))));
 	ereport(ERROR,
 			(errcode(ERRCODE_SILO_LEASE_NOT_FOUND),
 			 errmsg("lease not found"),
-			 errdetail(SPI_processed == 1 ?
-					   "The lease on task %s has expired; the sweep ends the attempt as WORKER_CRASHED." :
-					   "Task %s has no lease: it was never leased, was already reported, or its expired lease was swept.",
+			 errdetail("Task %s has no lease: it was never leased, was already reported, or its expired lease was swept.",
 					   silo_uuid_to_cstring(values[0]))));
 	PG_RETURN_BOOL(false);		/* keep compiler quiet */
 }

@@ -20,9 +20,11 @@
 #include <math.h>
 
 #include "catalog/pg_type.h"
+#include "access/xact.h"
 #include "common/pg_prng.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "utils/lsyscache.h"
 
 PG_FUNCTION_INFO_V1(silo_complete);
 PG_FUNCTION_INFO_V1(silo_fail);
@@ -343,6 +345,8 @@ outcome_begin(FunctionCallInfo fcinfo, TimestampTz now, SiloLease *lease)
 
 	silo_require_arg(fcinfo, 0, "task_id");
 	worker_id = silo_text_arg(fcinfo, 1, "worker_id", 1, SILO_MAX_WORKER_LEN);
+	if (IsolationUsesXactSnapshot())
+		silo_require_read_committed(psprintf("silo.%s", get_func_name(fcinfo->flinfo->fn_oid)));
 	silo_spi_connect();
 	outcome_take_lease(PG_GETARG_DATUM(0), worker_id, now, lease);
 }

@@ -6,10 +6,12 @@
  *
  * Locking: broker_pid and broker_latch are written under the tranche's
  * LWLock and read under it.  The notification slots are lock-free atomics:
- * a compare-and-swap on a slot's last-sent time decides which backend
- * sends the next NOTIFY.  Slots are indexed by a hash of the task group,
- * so two groups can share a slot; that only makes notifications rarer,
- * and workers also poll, so no work is lost.
+ * a compare-and-swap on a slot's last-sent (group, time) decides which
+ * backend sends the next NOTIFY.  Slots are indexed by a hash of the task
+ * group and remember which group they last notified, so two groups that
+ * share a slot only cost each other an extra notification.  Coalescing is
+ * leading-edge: the last commit of a burst may send none, and workers
+ * also poll, so no work is lost.
  *
  *-------------------------------------------------------------------------
  */
@@ -223,7 +225,8 @@ silo_notify_pre_commit(void)
 	foreach(lc, silo_pending_groups)
 	{
 		const char *task_group = ((SiloPendingGroup *) lfirst(lc))->task_group;
-		uint64		now;
+		uint32		hash;
+		uint32		now_ms;
 		uint64		last;
 		pg_atomic_uint64 *slot;
 
@@ -232,13 +235,20 @@ silo_notify_pre_commit(void)
 			Async_Notify(SILO_NOTIFY_CHANNEL, task_group);
 			continue;
 		}
-		slot = &silo_shared->notify_slots[hash_bytes((const unsigned char *) task_group,
-													 strlen(task_group)) % SILO_NOTIFY_SLOTS];
-		now = (uint64) GetCurrentTimestamp();
+		/*
+		 * A slot holds the last notified group's hash (high 32 bits) and
+		 * the time in ms (low 32 bits, wrapping): only a notification for
+		 * the same group within the window is skipped, so two groups that
+		 * share a slot cannot starve each other.
+		 */
+		hash = hash_bytes((const unsigned char *) task_group, strlen(task_group));
+		slot = &silo_shared->notify_slots[hash % SILO_NOTIFY_SLOTS];
+		now_ms = (uint32) (GetCurrentTimestamp() / 1000);
 		last = pg_atomic_read_u64(slot);
-		if (now >= last && now - last < (uint64) silo_notify_coalesce_ms * 1000)
+		if ((uint32) (last >> 32) == hash &&
+			(uint32) (now_ms - (uint32) last) < (uint32) silo_notify_coalesce_ms)
 			continue;
-		if (pg_atomic_compare_exchange_u64(slot, &last, now))
+		if (pg_atomic_compare_exchange_u64(slot, &last, ((uint64) hash << 32) | now_ms))
 			Async_Notify(SILO_NOTIFY_CHANNEL, task_group);
 	}
 	silo_pending_groups = NIL;

@@ -98,6 +98,7 @@ extern void silo_spi_finish(void);
 
 /* validate.c */
 extern void silo_require_arg(FunctionCallInfo fcinfo, int argno, const char *name);
+extern void silo_require_read_committed(const char *fn);
 extern void silo_check_length(const char *name, const char *value, int min, int max);
 extern void silo_check_range(const char *name, int64 value, int64 min, int64 max);
 extern void silo_parse_retry_policy(Jsonb *policy, SiloRetryPolicy *out);

@@ -12,6 +12,7 @@
 
 #include <math.h>
 
+#include "access/xact.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
@@ -30,6 +31,23 @@ silo_require_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("%s must not be null", name)));
+}
+
+/*
+ * silo_require_read_committed: fn locks a row and then reads what a
+ * concurrent transaction committed while it waited (a cancel flag, a
+ * lease); only READ COMMITTED gives it a fresh snapshot for that read.
+ */
+void
+silo_require_read_committed(const char *fn)
+{
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("%s requires the READ COMMITTED isolation level", fn),
+				 errdetail("Under %s it could miss work that another transaction committed while it waited for a lock.",
+						   IsolationIsSerializable() ? "SERIALIZABLE" : "REPEATABLE READ"),
+				 errhint("Call %s outside an explicit transaction, or in a READ COMMITTED one.", fn)));
 }
 
 /*
