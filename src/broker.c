@@ -70,17 +70,22 @@ silo_promote_due_tasks(TimestampTz now)
 	for (;;)
 	{
 		uint64		i;
-		uint64		n;
+		int64		n = 0;
 
+		/* One row per task group that got work, with its count. */
 		silo_exec(&plan,
-				  "UPDATE silo.task SET due = true WHERE ctid = ANY(ARRAY("
-				  " SELECT ctid FROM silo.task WHERE NOT due AND start_at <= $1"
-				  "  ORDER BY start_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
-				  " RETURNING task_group",
+				  "WITH p AS ("
+				  " UPDATE silo.task SET due = true WHERE ctid = ANY(ARRAY("
+				  "  SELECT ctid FROM silo.task WHERE NOT due AND start_at <= $1"
+				  "   ORDER BY start_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
+				  " RETURNING task_group)"
+				  "SELECT task_group, count(*) FROM p GROUP BY task_group",
 				  2, types, values, NULL, false, 0);
-		n = SPI_processed;
-		for (i = 0; i < n; i++)
+		for (i = 0; i < SPI_processed; i++)
+		{
 			Async_Notify(SILO_NOTIFY_CHANNEL, silo_col_text(i, 1));
+			n += silo_col_int64(i, 2);
+		}
 		total += n;
 		if (n < BROKER_PROMOTE_BATCH)
 			break;

@@ -225,15 +225,6 @@ enqueue_json_string(const char *key, JsonbValue *v)
 }
 
 /*
- * enqueue_json_container: a JSON value as a Jsonb datum of its own.
- */
-static Jsonb *
-enqueue_json_container(JsonbValue *v)
-{
-	return JsonbValueToJsonb(v);
-}
-
-/*
  * enqueue_parse_timestamp: an ISO 8601 start_at from enqueue_many.  The
  * datetime parser leaves no state behind when it fails, so its error can
  * be caught and re-raised as 22023 without a subtransaction.
@@ -293,7 +284,6 @@ enqueue_from_json(JsonbValue *obj, SiloEnqueueArgs *args)
 	args->id = NULL;
 	args->priority = 50;
 	args->start_at = GetCurrentTransactionStartTimestamp();
-	args->retry.count = -1;
 	silo_parse_retry_policy(NULL, &args->retry);
 	args->limits = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("[]")));
 	args->metadata = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("{}")));
@@ -316,7 +306,7 @@ enqueue_from_json(JsonbValue *obj, SiloEnqueueArgs *args)
 			have_group = true;
 		}
 		else if (strcmp(key, "payload") == 0)
-			args->payload = enqueue_json_container(&v);
+			args->payload = JsonbValueToJsonb(&v);
 		else if (strcmp(key, "tenant") == 0)
 			args->tenant = enqueue_json_string(key, &v);
 		else if (strcmp(key, "id") == 0)
@@ -346,7 +336,7 @@ enqueue_from_json(JsonbValue *obj, SiloEnqueueArgs *args)
 			args->start_at = enqueue_parse_timestamp(enqueue_json_string(key, &v));
 		}
 		else if (strcmp(key, "retry_policy") == 0)
-			silo_parse_retry_policy(v.type == jbvNull ? NULL : enqueue_json_container(&v),
+			silo_parse_retry_policy(v.type == jbvNull ? NULL : JsonbValueToJsonb(&v),
 									&args->retry);
 		else if (strcmp(key, "limits") == 0 || strcmp(key, "metadata") == 0)
 		{
@@ -355,9 +345,9 @@ enqueue_from_json(JsonbValue *obj, SiloEnqueueArgs *args)
 						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 						 errmsg("%s must not be null", key)));
 			if (key[0] == 'l')
-				args->limits = enqueue_json_container(&v);
+				args->limits = JsonbValueToJsonb(&v);
 			else
-				args->metadata = enqueue_json_container(&v);
+				args->metadata = JsonbValueToJsonb(&v);
 		}
 		else if (strcmp(key, "on_conflict") == 0)
 			args->ignore_conflict = enqueue_parse_on_conflict(enqueue_json_string(key, &v));

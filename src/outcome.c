@@ -150,6 +150,19 @@ silo_retry_delay_ms(const SiloRetryPolicy *policy, int32 retry_number)
 }
 
 /*
+ * outcome_not_running: the lease names a task that is not its job's
+ * current one -- broken bookkeeping, reported as SL009.
+ */
+static void
+outcome_not_running(SiloLease *lease)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_SILO_INTERNAL),
+			 errmsg("job \"%s\" of tenant \"%s\" is not running task %s",
+					lease->job_id, lease->tenant, silo_uuid_to_cstring(lease->task_id))));
+}
+
+/*
  * outcome_lock_job: lock the job's status row and read its retry policy.
  * Returns whether the job has a cancellation flag, read after the lock so
  * that a cancel committed while we waited is seen.  With nowait, a row
@@ -186,10 +199,7 @@ outcome_lock_job(SiloLease *lease, SiloRetryPolicy *policy, bool nowait)
 	current_task = silo_col(0, 2, &isnull);
 	if (strcmp(silo_col_text(0, 1), "Pending") != 0 || isnull ||
 		memcmp(DatumGetUUIDP(current_task), DatumGetUUIDP(lease->task_id), UUID_LEN) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_SILO_INTERNAL),
-				 errmsg("job \"%s\" of tenant \"%s\" is not running task %s",
-						lease->job_id, lease->tenant, silo_uuid_to_cstring(lease->task_id))));
+		outcome_not_running(lease);
 
 	silo_col(0, 3, &isnull);
 	if (isnull)
@@ -234,13 +244,19 @@ silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
 	Datum		values[18];
 	char		nulls[18];
 	SiloRetryPolicy policy;
-	bool		cancelled;
+	bool		cancelled = false;
 	const char *status;
 	const char *job_status;
 	bool		retry = false;
 	int			i;
 
-	cancelled = outcome_lock_job(lease, &policy, nowait);
+	/*
+	 * Only a failure needs the retry policy and the cancellation flag, read
+	 * under the job's row lock.  A success or a cancel ends the job whatever
+	 * the flag says; their final UPDATE locks and checks the row itself.
+	 */
+	if (outcome == SILO_OUTCOME_FAILED)
+		cancelled = outcome_lock_job(lease, &policy, nowait);
 
 	/*
 	 * The attempt records what happened to it; the job's status is where
@@ -294,8 +310,11 @@ silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
 				  "    worker_id, status, started_at, finished_at, result, error_code, error_data)"
 				  "  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12))"
 				  "UPDATE silo.job_status SET status = $13, changed_at = $9, task_id = NULL,"
-				  "  next_attempt_at = NULL WHERE tenant = $1 AND id = $2",
+				  "  next_attempt_at = NULL"
+				  " WHERE tenant = $1 AND id = $2 AND status = 'Pending' AND task_id = $5",
 				  13, types, values, nulls, false, 0);
+		if (SPI_processed != 1)
+			outcome_not_running(lease);
 		if (strcmp(job_status, "Cancelled") == 0 && !cancelled)
 			silo_exec(&flag_plan,
 					  "INSERT INTO silo.job_cancellation (tenant, job_id, cancelled_at)"
