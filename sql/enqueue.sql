@@ -189,7 +189,7 @@ SELECT v AS retry_policy, test_helpers.sqlstate_of(format('SELECT silo.enqueue(%
 SELECT silo.enqueue('enq', retry_policy => '{"retries": 3}');
 SELECT silo.enqueue('enq', retry_policy => '{"backoffFactor": 0.5}');
 
--- limits: must be an array; a non-empty one is not supported yet
+-- limits: must be an array of limit objects (every shape is in limits.sql)
 SELECT silo.enqueue('enq', limits => '{}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT silo.enqueue('enq', limits => '"none"');

@@ -117,44 +117,21 @@ broker_expired_error_data(SiloLease *lease, TimestampTz now)
 }
 
 /*
- * silo_sweep_expired_leases: end every expired lease as a failed attempt
- * with code WORKER_CRASHED (retried per the job's policy; Cancelled when
- * the job was flagged).  Looks at up to limit expired leases, oldest
- * first, after skipping *offset of them; *more says whether there may be
- * others.  Leases that cannot be swept now (their lease or job row is
- * locked by another transaction) stay in place, and *offset grows by their
- * number so that the next round looks past them.  SPI must be connected.
- * Returns the number swept.
+ * silo_run_isolated: run fn on items 0..n-1, each in a subtransaction of
+ * its own, so that one bad item is logged and skipped instead of stopping
+ * the broker.  fn returns whether it handled the item; an item it could
+ * not handle (or whose row or key another transaction holds: 55P03, retried
+ * quietly) stays in place, and *offset grows by their number so the next
+ * round looks past them.  Returns the number handled.
  */
 int64
-silo_sweep_expired_leases(TimestampTz now, int limit, int64 *offset, bool *more)
+silo_run_isolated(int n, SiloItemFn fn, SiloItemDescribeFn describe, void *arg,
+				  TimestampTz now, int64 *offset)
 {
-	static SPIPlanPtr plan = NULL;
-	static const Oid types[3] = {TIMESTAMPTZOID, INT4OID, INT8OID};
-	Datum		values[3];
-	Datum	   *ids;
-	uint64		n;
-	uint64		i;
-	volatile int64 swept = 0;
+	volatile int64 done = 0;
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
-
-	values[0] = TimestampTzGetDatum(now);
-	values[1] = Int32GetDatum(limit);
-	values[2] = Int64GetDatum(*offset);
-	silo_exec(&plan,
-			  "SELECT task_id FROM silo.task_lease WHERE expires_at <= $1"
-			  " ORDER BY expires_at, task_id OFFSET $3 LIMIT $2",
-			  3, types, values, NULL, false, 0);
-	n = SPI_processed;
-	*more = (n == (uint64) limit);
-	ids = palloc(sizeof(Datum) * (n + 1));
-	for (i = 0; i < n; i++)
-	{
-		bool		isnull;
-
-		ids[i] = datumCopy(silo_col(i, 1, &isnull), false, UUID_LEN);
-	}
+	volatile int i;
 
 	for (i = 0; i < n; i++)
 	{
@@ -162,14 +139,8 @@ silo_sweep_expired_leases(TimestampTz now, int limit, int64 *offset, bool *more)
 		MemoryContextSwitchTo(cxt);
 		PG_TRY();
 		{
-			SiloLease	lease;
-
-			if (silo_take_expired_lease(ids[i], now, &lease))
-			{
-				silo_finish_attempt(&lease, SILO_OUTCOME_FAILED, NULL, "WORKER_CRASHED",
-									broker_expired_error_data(&lease, now), now, true);
-				swept++;
-			}
+			if (fn(i, arg, now))
+				done++;
 			ReleaseCurrentSubTransaction();
 			MemoryContextSwitchTo(cxt);
 			CurrentResourceOwner = owner;
@@ -188,25 +159,192 @@ silo_sweep_expired_leases(TimestampTz now, int limit, int64 *offset, bool *more)
 			/* A cancel or shutdown is not a bad row: let it through. */
 			if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_OPERATOR_INTERVENTION)
 				ReThrowError(edata);
-			/* A busy job row is retried next round, quietly; anything else is logged. */
+			/* A busy row or key is retried next round, quietly; anything else is logged. */
 			if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
 				ereport(WARNING,
 						(errcode(edata->sqlerrcode),
-						 errmsg("silo: could not sweep the expired lease of task %s: %s",
-								silo_uuid_to_cstring(ids[i]), edata->message),
-						 errdetail("The lease stays in place and the sweep retries it.")));
+						 errmsg("silo: could not %s: %s", describe(i, arg), edata->message),
+						 errdetail("It stays in place and the broker retries it.")));
 			FreeErrorData(edata);
 		}
 		PG_END_TRY();
 	}
-	/* Leases left in place stay ahead of the rest: page past them. */
-	*offset += (int64) n - swept;
-	return swept;
+	*offset += (int64) n - done;
+	return done;
+}
+
+/*
+ * broker_sweep_item / broker_sweep_describe: the sweep's callbacks over
+ * an array of task ids.  An expired run lease ends its attempt as
+ * WORKER_CRASHED; an expired refresh lease frees the refresh.
+ */
+static bool
+broker_sweep_item(int i, void *arg, TimestampTz now)
+{
+	SiloLease	lease;
+
+	if (!silo_take_expired_lease(((Datum *) arg)[i], now, &lease))
+		return false;
+	if (strcmp(lease.kind, "refresh") == 0)
+		silo_floating_refresh_expired(&lease, now);
+	else
+		silo_finish_attempt(&lease, SILO_OUTCOME_FAILED, NULL, "WORKER_CRASHED",
+							broker_expired_error_data(&lease, now), now, true);
+	return true;
+}
+
+static char *
+broker_sweep_describe(int i, void *arg)
+{
+	return psprintf("sweep the expired lease of task %s",
+					silo_uuid_to_cstring(((Datum *) arg)[i]));
+}
+
+/*
+ * silo_sweep_expired_leases: end every expired lease as a failed attempt
+ * with code WORKER_CRASHED (retried per the job's policy; Cancelled when
+ * the job was flagged).  Looks at up to limit expired leases, oldest
+ * first, after skipping *offset of them; *more says whether there may be
+ * others.  SPI must be connected.  Returns the number swept.
+ */
+int64
+silo_sweep_expired_leases(TimestampTz now, int limit, int64 *offset, bool *more)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[3] = {TIMESTAMPTZOID, INT4OID, INT8OID};
+	Datum		values[3];
+	Datum	   *ids;
+	uint64		n;
+	uint64		i;
+
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(limit);
+	values[2] = Int64GetDatum(*offset);
+	silo_exec(&plan,
+			  "SELECT task_id FROM silo.task_lease WHERE expires_at <= $1"
+			  " ORDER BY expires_at, task_id OFFSET $3 LIMIT $2",
+			  3, types, values, NULL, false, 0);
+	n = SPI_processed;
+	*more = (n == (uint64) limit);
+	ids = palloc(sizeof(Datum) * (n + 1));
+	for (i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		ids[i] = datumCopy(silo_col(i, 1, &isnull), false, UUID_LEN);
+	}
+	return silo_run_isolated((int) n, broker_sweep_item, broker_sweep_describe, ids, now, offset);
+}
+
+/* A chain task's key, as the broker lists them. */
+typedef struct BrokerChainKey
+{
+	char	   *tenant;
+	char	   *job_id;
+	int32		attempt;
+} BrokerChainKey;
+
+/*
+ * broker_chain_item: walk one due chain task: take it (SKIP LOCKED), lock
+ * its job's status row without waiting, and go on with the job's chain
+ * where it stopped.  A busy key raises 55P03 and rolls the whole step
+ * back, so the chain task stays for a later round.
+ */
+static bool
+broker_chain_item(int i, void *arg, TimestampTz now)
+{
+	static SPIPlanPtr take_plan = NULL;
+	static SPIPlanPtr job_plan = NULL;
+	static const Oid types[4] = {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID};
+	BrokerChainKey *k = &((BrokerChainKey *) arg)[i];
+	Datum		values[4];
+	SiloChainJob job;
+	bool		isnull;
+	int			at;
+
+	values[0] = CStringGetTextDatum(k->tenant);
+	values[1] = CStringGetTextDatum(k->job_id);
+	values[2] = Int32GetDatum(k->attempt);
+	values[3] = TimestampTzGetDatum(now);
+	/* The job row first (every path locks it before keys), then the task. */
+	silo_exec(&job_plan,
+			  "SELECT 1 FROM silo.job_status WHERE tenant = $1 AND id = $2 AND status = 'Pending'"
+			  " AND attempt = $3 FOR UPDATE NOWAIT",
+			  4, types, values, NULL, false, 0);
+	if (SPI_processed != 1)
+		return false;
+	silo_exec(&take_plan,
+			  "DELETE FROM silo.chain_task WHERE tenant = $1 AND job_id = $2 AND attempt = $3"
+			  " AND run_at <= $4"
+			  " RETURNING relative_attempt, task_id, task_group, priority, seq, start_at,"
+			  "   limit_index, rate_checks, holds",
+			  4, types, values, NULL, false, 0);
+	if (SPI_processed != 1)
+		return false;
+
+	memset(&job, 0, sizeof(job));
+	job.tenant = k->tenant;
+	job.job_id = k->job_id;
+	job.attempt = k->attempt;
+	job.relative_attempt = silo_col_int32(0, 1);
+	job.task_id = datumCopy(silo_col(0, 2, &isnull), false, UUID_LEN);
+	job.task_group = silo_col_text(0, 3);
+	job.priority = DatumGetInt16(silo_col(0, 4, &isnull));
+	job.seq = silo_col_int64(0, 5);
+	job.start_at = silo_col_ts(0, 6, NULL);
+	at = DatumGetInt16(silo_col(0, 7, &isnull));
+	job.rate_checks = silo_col_int32(0, 8);
+	job.holds = silo_holds_list(silo_col(0, 9, &isnull));
+	silo_chain_load_limits(&job);
+	silo_chain_resume(&job, at, SILO_CHAIN_BROKER, now);
+	return true;
+}
+
+static char *
+broker_chain_describe(int i, void *arg)
+{
+	BrokerChainKey *k = &((BrokerChainKey *) arg)[i];
+
+	return psprintf("walk the limits of job \"%s\" of tenant \"%s\"", k->job_id, k->tenant);
+}
+
+/*
+ * silo_run_chain_tasks: walk the chain tasks whose time has come (future
+ * starts of jobs with limits, rate-limit re-checks, deferred steps), up
+ * to limit of them after skipping *offset busy ones.  Returns the number
+ * walked.
+ */
+int64
+silo_run_chain_tasks(TimestampTz now, int limit, int64 *offset, bool *more)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[3] = {TIMESTAMPTZOID, INT4OID, INT8OID};
+	Datum		values[3];
+	BrokerChainKey *keys;
+	uint64		i;
+
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(limit);
+	values[2] = Int64GetDatum(*offset);
+	silo_exec(&plan,
+			  "SELECT tenant, job_id, attempt FROM silo.chain_task WHERE run_at <= $1"
+			  " ORDER BY run_at, priority, start_at, seq OFFSET $3 LIMIT $2",
+			  3, types, values, NULL, false, 0);
+	*more = SPI_processed == (uint64) limit;
+	keys = palloc(sizeof(BrokerChainKey) * (SPI_processed + 1));
+	for (i = 0; i < SPI_processed; i++)
+	{
+		keys[i].tenant = silo_col_text(i, 1);
+		keys[i].job_id = silo_col_text(i, 2);
+		keys[i].attempt = silo_col_int32(i, 3);
+	}
+	return silo_run_isolated((int) i, broker_chain_item, broker_chain_describe, keys, now, offset);
 }
 
 /*
  * broker_next_sleep_ms: how long the broker may sleep: until the earliest
- * future task is due, at most BROKER_MAX_SLEEP_MS.  SPI must be connected.
+ * future task, chain task or floating-limit check is due, at most
+ * BROKER_MAX_SLEEP_MS.  SPI must be connected.
  */
 static long
 broker_next_sleep_ms(TimestampTz now)
@@ -216,7 +354,10 @@ broker_next_sleep_ms(TimestampTz now)
 	TimestampTz next;
 	long		ms;
 
-	silo_exec(&plan, "SELECT min(start_at) FROM silo.task WHERE NOT due",
+	silo_exec(&plan,
+			  "SELECT least((SELECT min(start_at) FROM silo.task WHERE NOT due),"
+			  "             (SELECT min(run_at) FROM silo.chain_task),"
+			  "             (SELECT min(refresh_check_at) FROM silo.floating_limit))",
 			  0, NULL, NULL, NULL, true, 0);
 	next = silo_col_ts(0, 1, &isnull);
 	if (isnull)
@@ -311,9 +452,54 @@ broker_sweep_step(void *arg)
 }
 
 static void
+broker_chain_step(void *arg)
+{
+	BrokerSweepRound *round = (BrokerSweepRound *) arg;
+
+	(void) silo_run_chain_tasks(silo_now_ts(), BROKER_SWEEP_BATCH, &round->offset, &round->more);
+}
+
+static void
+broker_floating_step(void *arg)
+{
+	BrokerSweepRound *round = (BrokerSweepRound *) arg;
+
+	(void) silo_check_floating_limits(silo_now_ts(), BROKER_SWEEP_BATCH, &round->offset,
+									  &round->more);
+}
+
+static void
+broker_buckets_step(void *arg)
+{
+	(void) silo_purge_idle_buckets(silo_now_ts());
+}
+
+static void
 broker_sleep_step(void *arg)
 {
 	*(long *) arg = broker_next_sleep_ms(silo_now_ts());
+}
+
+/*
+ * broker_rounds: run a paged step (chain tasks, sweep, floating checks)
+ * in small transactions until it has looked at everything due, at most
+ * BROKER_MAX_SWEEP_ROUNDS rounds.  Small transactions keep each under the
+ * 64 subtransactions a backend caches.
+ */
+static void
+broker_rounds(MemoryContext loopcxt, const char *activity, void (*step) (void *))
+{
+	BrokerSweepRound round;
+	int			rounds = 0;
+
+	round.offset = 0;
+	do
+	{
+		round.more = false;
+		if (!broker_run(loopcxt, activity, step, &round))
+			break;
+		broker_check_interrupts();
+	} while (round.more && ++rounds < BROKER_MAX_SWEEP_ROUNDS);
 }
 
 /*
@@ -328,19 +514,12 @@ static long
 broker_tick(MemoryContext loopcxt)
 {
 	long		sleep_ms = BROKER_MAX_SLEEP_MS;
-	int			rounds = 0;
-	BrokerSweepRound round;
 
 	/* A failed promotion must not stop the sweep. */
 	(void) broker_run(loopcxt, "silo broker: promote", broker_promote_step, NULL);
-	round.offset = 0;
-	do
-	{
-		round.more = false;
-		if (!broker_run(loopcxt, "silo broker: sweep", broker_sweep_step, &round))
-			break;
-		broker_check_interrupts();
-	} while (round.more && ++rounds < BROKER_MAX_SWEEP_ROUNDS);
+	broker_rounds(loopcxt, "silo broker: limits", broker_chain_step);
+	broker_rounds(loopcxt, "silo broker: sweep", broker_sweep_step);
+	broker_rounds(loopcxt, "silo broker: floating limits", broker_floating_step);
 	(void) broker_run(loopcxt, "silo broker: plan", broker_sleep_step, &sleep_ms);
 	return sleep_ms;
 }
@@ -426,6 +605,7 @@ silo_broker_main(Datum main_arg)
 	SetConfigOption("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("idle_in_transaction_session_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
 	silo_shmem_set_broker(true);
+	silo_limits_set_broker();
 	ereport(LOG,
 			(errmsg("silo broker started for database \"%s\"", silo_database)));
 
@@ -449,6 +629,8 @@ silo_broker_main(Datum main_arg)
 		{
 			(void) broker_run(loopcxt, "silo broker: check purge job",
 							  broker_ensure_purge_job, NULL);
+			(void) broker_run(loopcxt, "silo broker: idle rate-limit buckets",
+							  broker_buckets_step, NULL);
 			last_ensure = GetCurrentTimestamp();
 		}
 		MemoryContextReset(loopcxt);
@@ -461,8 +643,9 @@ silo_broker_main(Datum main_arg)
 
 /*
  * silo_run_maintenance: SQL entry point silo.run_maintenance(): one round
- * of promotion and sweep, for tests and for operators whose broker is
- * paused.
+ * of the broker's work -- promotion, limit chains, the lease sweep and
+ * floating-limit refresh checks -- for tests and for operators whose
+ * broker is paused.  promoted counts due tasks and walked chain tasks.
  */
 Datum
 silo_run_maintenance(PG_FUNCTION_ARGS)
@@ -475,18 +658,34 @@ silo_run_maintenance(PG_FUNCTION_ARGS)
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "silo: run_maintenance must return a record");
 	silo_require_read_committed("silo.run_maintenance");
+	/* Like the broker, never wait for a key another transaction holds. */
+	silo_limits_nowait = true;
 	silo_spi_connect();
-	values[0] = Int64GetDatum(silo_promote_due_tasks(now));
 	{
+		int64		promoted = silo_promote_due_tasks(now);
 		int64		swept = 0;
 		int64		offset = 0;
 		bool		more;
 
 		do
 		{
+			promoted += silo_run_chain_tasks(now, 1000, &offset, &more);
+			CHECK_FOR_INTERRUPTS();
+		} while (more);
+		offset = 0;
+		do
+		{
 			swept += silo_sweep_expired_leases(now, 1000, &offset, &more);
 			CHECK_FOR_INTERRUPTS();
 		} while (more);
+		offset = 0;
+		do
+		{
+			(void) silo_check_floating_limits(now, 1000, &offset, &more);
+			CHECK_FOR_INTERRUPTS();
+		} while (more);
+		(void) silo_purge_idle_buckets(now);
+		values[0] = Int64GetDatum(promoted);
 		values[1] = Int64GetDatum(swept);
 	}
 	silo_spi_finish();

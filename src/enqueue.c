@@ -46,7 +46,7 @@ enqueue_validate(SiloEnqueueArgs *args)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("start_at must be a finite timestamp")));
-	silo_check_limits(args->limits);
+	args->nlimits = silo_parse_limits(args->limits, &args->parsed_limits, &args->limits);
 	silo_check_metadata(args->metadata);
 }
 
@@ -76,18 +76,19 @@ silo_enqueue_job(SiloEnqueueArgs *args)
 {
 	static SPIPlanPtr insert_plan = NULL;
 	static SPIPlanPtr meta_plan = NULL;
-	static const Oid insert_types[17] = {
+	static const Oid insert_types[18] = {
 		TEXTOID, TEXTOID, TEXTOID, INT2OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
 		JSONBOID, INT4OID, INT8OID, INT8OID, FLOAT8OID, BOOLOID, JSONBOID,
-		JSONBOID, UUIDOID, TIMESTAMPTZOID, BOOLOID
+		JSONBOID, UUIDOID, TIMESTAMPTZOID, BOOLOID, BOOLOID
 	};
 	static const Oid meta_types[3] = {TEXTOID, TEXTOID, JSONBOID};
-	Datum		values[17];
-	char		nulls[17];
+	Datum		values[18];
+	char		nulls[18];
 	TimestampTz now = silo_now_ts();
 	TimestampTz effective_start;
 	bool		due;
 	char	   *id;
+	int64		seq;
 	int			i;
 
 	enqueue_validate(args);
@@ -97,7 +98,7 @@ silo_enqueue_job(SiloEnqueueArgs *args)
 	effective_start = due ? now : args->start_at;
 	id = args->id ? args->id : silo_uuid_to_cstring(silo_new_uuid());
 
-	for (i = 0; i < 17; i++)
+	for (i = 0; i < 18; i++)
 		nulls[i] = ' ';
 	values[0] = CStringGetTextDatum(args->tenant);
 	values[1] = CStringGetTextDatum(id);
@@ -124,6 +125,7 @@ silo_enqueue_job(SiloEnqueueArgs *args)
 	values[14] = silo_new_uuid();
 	values[15] = TimestampTzGetDatum(effective_start);
 	values[16] = BoolGetDatum(due);
+	values[17] = BoolGetDatum(args->nlimits == 0);	/* limits: the chain writes the task */
 
 	silo_spi_connect();
 	silo_exec(&insert_plan,
@@ -141,9 +143,9 @@ silo_enqueue_job(SiloEnqueueArgs *args)
 			  " t AS ("
 			  "  INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
 			  "    relative_attempt, task_id, seq, due)"
-			  "  SELECT $3, $16, $4, $1, $2, 1, 1, $15, j.seq, $17 FROM j)"
+			  "  SELECT $3, $16, $4, $1, $2, 1, 1, $15, j.seq, $17 FROM j WHERE $18)"
 			  "SELECT seq FROM j",
-			  17, insert_types, values, nulls, false, 0);
+			  18, insert_types, values, nulls, false, 0);
 
 	if (SPI_processed == 0)
 	{
@@ -156,6 +158,7 @@ silo_enqueue_job(SiloEnqueueArgs *args)
 				 errhint("Pass on_conflict => 'ignore' to get the existing id back instead.")));
 	}
 
+	seq = silo_col_int64(0, 1);
 	if (JB_ROOT_COUNT(args->metadata) > 0)
 	{
 		Datum		mvalues[3];
@@ -168,9 +171,29 @@ silo_enqueue_job(SiloEnqueueArgs *args)
 				  " SELECT $1, key, value, $2 FROM jsonb_each_text($3)",
 				  3, meta_types, mvalues, NULL, false, 0);
 	}
+	if (args->nlimits > 0)
+	{
+		SiloChainJob job;
+
+		memset(&job, 0, sizeof(job));
+		job.tenant = args->tenant;
+		job.job_id = id;
+		job.task_group = args->task_group;
+		job.priority = args->priority;
+		job.seq = seq;
+		job.attempt = 1;
+		job.relative_attempt = 1;
+		job.task_id = values[14];
+		job.start_at = effective_start;
+		job.nlimits = args->nlimits;
+		job.limits = args->parsed_limits;
+		silo_chain_start(&job, now);
+	}
 	silo_spi_finish();
 
-	if (due)
+	if (args->nlimits > 0)
+		;						/* the chain woke whoever needs waking */
+	else if (due)
 		silo_notify_group(args->task_group);
 	else
 		silo_wake_broker_at_commit();

@@ -36,6 +36,8 @@ typedef struct JobState
 	int32		priority;
 	int32		attempt;
 	int64		seq;
+	int			nlimits;		/* the job's limits, parsed */
+	SiloLimit  *limits;
 } JobState;
 
 static const Oid jobops_key_types[2] = {TEXTOID, TEXTOID};
@@ -83,7 +85,7 @@ jobops_lock(Datum *key, JobState *st)
 
 	silo_exec(&lock_plan,
 			  "SELECT s.status, s.task_id, s.next_attempt_at, i.task_group, i.priority,"
-			  "  s.attempt, i.seq"
+			  "  s.attempt, i.seq, i.limits"
 			  "  FROM silo.job_status s JOIN silo.job_info i ON i.tenant = s.tenant AND i.id = s.id"
 			  " WHERE s.tenant = $1 AND s.id = $2 FOR UPDATE OF s",
 			  2, jobops_key_types, key, NULL, false, 0);
@@ -100,6 +102,7 @@ jobops_lock(Datum *key, JobState *st)
 	st->priority = DatumGetInt16(silo_col(0, 5, &isnull));
 	st->attempt = silo_col_int32(0, 6);
 	st->seq = silo_col_int64(0, 7);
+	st->nlimits = silo_parse_limits(DatumGetJsonbP(silo_col(0, 8, &isnull)), &st->limits, NULL);
 
 	values[0] = key[0];
 	values[1] = key[1];
@@ -138,6 +141,26 @@ jobops_task_key(Datum *values, JobState *st)
 	values[3] = TimestampTzGetDatum(st->next_attempt_at);
 	values[4] = Int16GetDatum((int16) st->priority);
 	values[5] = Int32GetDatum(st->attempt);
+}
+
+/*
+ * jobops_chain_job: the chain walker's view of the job's current attempt.
+ */
+static void
+jobops_chain_job(SiloChainJob *job, Datum *key, JobState *st)
+{
+	memset(job, 0, sizeof(*job));
+	job->tenant = TextDatumGetCString(key[0]);
+	job->job_id = TextDatumGetCString(key[1]);
+	job->task_group = st->task_group;
+	job->priority = st->priority;
+	job->seq = st->seq;
+	job->attempt = st->attempt;
+	job->relative_attempt = 1;
+	job->task_id = st->task_id;
+	job->start_at = st->next_attempt_at;
+	job->nlimits = st->nlimits;
+	job->limits = st->limits;
 }
 
 /*
@@ -212,7 +235,25 @@ silo_cancel(PG_FUNCTION_ARGS)
 	jobops_task_key(values, &st);
 	values[6] = TimestampTzGetDatum(now);
 
-	if (!st.running)
+	if (!st.running && st.nlimits > 0)
+	{
+		SiloChainJob job;
+
+		/* Wherever it waits, and every slot it holds, in one go. */
+		jobops_chain_job(&job, values, &st);
+		if (silo_chain_cancel(&job, now))
+			silo_exec(&end_plan,
+				  "UPDATE silo.job_status SET status = 'Cancelled', changed_at = $7, task_id = NULL,"
+				  "  next_attempt_at = NULL WHERE tenant = $1 AND id = $2",
+					  7, types, values, NULL, false, 0);
+		else if (!jobops_task_leased(st.task_id))
+			ereport(ERROR,
+					(errcode(ERRCODE_SILO_INTERNAL),
+					 errmsg("pending job \"%s\" is neither waiting nor leased",
+							TextDatumGetCString(values[1]))));
+		/* else a worker leased it meanwhile: flag only */
+	}
+	else if (!st.running)
 	{
 		silo_exec(&delete_plan,
 				  "DELETE FROM silo.task WHERE task_group = $3 AND start_at = $4 AND priority = $5"
@@ -249,9 +290,9 @@ Datum
 silo_restart(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr plan = NULL;
-	static const Oid types[7] = {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT2OID,
-	UUIDOID, INT8OID};
-	Datum		values[7];
+	static const Oid types[8] = {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT2OID,
+	UUIDOID, INT8OID, BOOLOID};
+	Datum		values[8];
 	JobState	st;
 	TimestampTz now = silo_now_ts();
 
@@ -268,6 +309,7 @@ silo_restart(PG_FUNCTION_ARGS)
 	values[4] = Int16GetDatum((int16) st.priority);
 	values[5] = silo_new_uuid();
 	values[6] = Int64GetDatum(st.seq);
+	values[7] = BoolGetDatum(st.nlimits == 0);
 	silo_exec(&plan,
 			  "WITH n AS ("
 			  "  SELECT coalesce(max(attempt), 0) + 1 AS attempt FROM silo.attempt"
@@ -276,14 +318,61 @@ silo_restart(PG_FUNCTION_ARGS)
 			  " t AS ("
 			  "  INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
 			  "    relative_attempt, task_id, seq, due)"
-			  "  SELECT $3, $4, $5, $1, $2, n.attempt, 1, $6, $7, true FROM n)"
+			  "  SELECT $3, $4, $5, $1, $2, n.attempt, 1, $6, $7, true FROM n WHERE $8)"
 			  "UPDATE silo.job_status SET status = 'Pending', changed_at = $4, attempt = n.attempt,"
 			  "  relative_attempt = 1, task_id = $6, next_attempt_at = $4"
-			  "  FROM n WHERE tenant = $1 AND id = $2",
-			  7, types, values, NULL, false, 0);
+			  "  FROM n WHERE tenant = $1 AND id = $2 RETURNING n.attempt",
+			  8, types, values, NULL, false, 0);
+	if (st.nlimits > 0)
+	{
+		SiloChainJob job;
+
+		/* A restarted job walks its limits again, like a new one. */
+		st.attempt = silo_col_int32(0, 1);
+		st.task_id = values[5];
+		st.next_attempt_at = now;
+		jobops_chain_job(&job, values, &st);
+		silo_chain_start(&job, now);
+	}
+	else
+		silo_notify_group(st.task_group);
 	silo_spi_finish();
-	silo_notify_group(st.task_group);
 	PG_RETURN_VOID();
+}
+
+/*
+ * jobops_expedite_chain: expedite a job with limits: its future start is
+ * a chain task at limit 0, which is taken and walked now.
+ */
+static void
+jobops_expedite_chain(Datum *key, JobState *st, TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[4] = {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID};
+	Datum		values[4];
+	SiloChainJob job;
+	bool		isnull;
+
+	values[0] = key[0];
+	values[1] = key[1];
+	values[2] = Int32GetDatum(st->attempt);
+	values[3] = TimestampTzGetDatum(now);
+	silo_exec(&plan,
+			  "WITH c AS (DELETE FROM silo.chain_task WHERE tenant = $1 AND job_id = $2"
+			  "    AND attempt = $3 AND run_at > $4 AND limit_index = 0 RETURNING relative_attempt),"
+			  " s AS (UPDATE silo.job_status SET next_attempt_at = $4"
+			  "    WHERE tenant = $1 AND id = $2 AND EXISTS (SELECT 1 FROM c))"
+			  "SELECT relative_attempt FROM c",
+			  4, types, values, NULL, false, 0);
+	if (SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_JOB_NOT_EXPEDITABLE),
+				 errmsg("job cannot be expedited: %s",
+						jobops_task_leased(st->task_id) ? "job is running" : "no pending task")));
+	st->next_attempt_at = now;
+	jobops_chain_job(&job, key, st);
+	job.relative_attempt = DatumGetInt32(silo_col(0, 1, &isnull));
+	silo_chain_start(&job, now);
 }
 
 /*
@@ -315,6 +404,13 @@ silo_expedite(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_SILO_JOB_NOT_EXPEDITABLE),
 				 errmsg("job cannot be expedited: %s", why),
 				 errdetail("Only a job waiting for a future start or a retry backoff can be expedited.")));
+
+	if (st.nlimits > 0)
+	{
+		jobops_expedite_chain(values, &st, now);
+		silo_spi_finish();
+		PG_RETURN_VOID();
+	}
 
 	jobops_task_key(values, &st);
 	values[6] = TimestampTzGetDatum(now);

@@ -66,6 +66,7 @@ silo_lease(PG_FUNCTION_ARGS)
 	TimestampTz expires;
 	Datum		values[5];
 	uint64		i;
+	uint64		n_refresh;
 
 	worker_id = silo_text_arg(fcinfo, 0, "worker_id", 1, SILO_MAX_WORKER_LEN);
 	task_group = silo_text_arg(fcinfo, 1, "task_group", 1, SILO_MAX_GROUP_LEN);
@@ -84,6 +85,36 @@ silo_lease(PG_FUNCTION_ARGS)
 	expires = now + (TimestampTz) lease_ms * 1000;
 
 	silo_spi_connect();
+
+	/* Refresh tasks of floating limits come first (Silo gives them priority 0). */
+	n_refresh = silo_floating_lease(task_group, max_tasks, worker_id, now, expires);
+	for (i = 0; i < n_refresh; i++)
+	{
+		Datum		out[LEASED_TASK_NATTS];
+		bool		outnulls[LEASED_TASK_NATTS];
+		bool		isnull;
+
+		memset(outnulls, true, sizeof(outnulls));
+		out[0] = silo_col(i, 1, &isnull);	/* task_id */
+		out[1] = CStringGetTextDatum("refresh");
+		out[2] = silo_col(i, 2, &isnull);	/* tenant */
+		out[7] = Int32GetDatum(0);	/* priority */
+		out[8] = CStringGetTextDatum(task_group);
+		out[11] = TimestampTzGetDatum(expires);
+		out[12] = silo_col(i, 3, &isnull);	/* queue_key */
+		out[13] = silo_col(i, 4, &isnull);	/* current_max_concurrency */
+		out[14] = silo_col(i, 5, &isnull);	/* refresh_metadata */
+		outnulls[0] = outnulls[1] = outnulls[2] = outnulls[7] = outnulls[8] = false;
+		outnulls[11] = outnulls[12] = outnulls[13] = outnulls[14] = false;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
+	}
+	if (n_refresh >= (uint64) max_tasks)
+	{
+		silo_spi_finish();
+		return (Datum) 0;
+	}
+	max_tasks -= (int32) n_refresh;
+
 	lease_promote_group(task_group, now);
 
 	values[0] = CStringGetTextDatum(task_group);
@@ -97,12 +128,13 @@ silo_lease(PG_FUNCTION_ARGS)
 			  "    SELECT ctid FROM silo.task WHERE task_group = $1 AND due"
 			  "     ORDER BY priority, start_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED))"
 			  "  RETURNING task_id, task_group, tenant, job_id, attempt, relative_attempt,"
-			  "    priority, start_at, seq),"
+			  "    priority, start_at, seq, holds),"
 			  " l AS ("
 			  "  INSERT INTO silo.task_lease (task_id, kind, task_group, tenant, job_id, attempt,"
-			  "    relative_attempt, priority, start_at, seq, worker_id, started_at, expires_at)"
+			  "    relative_attempt, priority, start_at, seq, worker_id, started_at, expires_at,"
+			  "    holds)"
 			  "  SELECT task_id, 'run', task_group, tenant, job_id, attempt, relative_attempt,"
-			  "    priority, start_at, seq, $3, $4, $5 FROM t)"
+			  "    priority, start_at, seq, $3, $4, $5, holds FROM t)"
 			  "SELECT t.task_id, t.tenant, t.job_id, t.attempt, t.relative_attempt,"
 			  "  i.retry_count IS NULL OR t.relative_attempt > i.retry_count,"
 			  "  t.priority::integer, t.task_group, i.payload, i.metadata"
@@ -163,7 +195,7 @@ silo_heartbeat(PG_FUNCTION_ARGS)
 	silo_exec(&plan,
 			  "UPDATE silo.task_lease l SET expires_at = $3"
 			  " WHERE task_id = $1 AND worker_id = $2 AND expires_at > $4"
-			  " RETURNING EXISTS (SELECT 1 FROM silo.job_cancellation c"
+			  " RETURNING l.kind = 'run' AND EXISTS (SELECT 1 FROM silo.job_cancellation c"
 			  "   WHERE c.tenant = l.tenant AND c.job_id = l.job_id)",
 			  4, types, values, NULL, false, 0);
 	if (SPI_processed == 1)

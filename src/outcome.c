@@ -22,8 +22,10 @@
 #include "catalog/pg_type.h"
 #include "access/xact.h"
 #include "common/pg_prng.h"
+#include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "utils/json.h"
 #include "utils/lsyscache.h"
 
 PG_FUNCTION_INFO_V1(silo_complete);
@@ -33,7 +35,7 @@ PG_FUNCTION_INFO_V1(silo_release);
 
 #define LEASE_COLUMNS \
 	"kind, task_group, tenant, job_id, attempt, relative_attempt, priority," \
-	" start_at, seq, worker_id, started_at, expires_at, task_id"
+	" start_at, seq, worker_id, started_at, expires_at, task_id, holds"
 
 /*
  * outcome_read_lease: fill *lease from row 0 of a RETURNING LEASE_COLUMNS.
@@ -56,6 +58,14 @@ outcome_read_lease(SiloLease *lease)
 	lease->started_at = silo_col_ts(0, 11, NULL);
 	lease->expires_at = silo_col_ts(0, 12, NULL);
 	lease->task_id = datumCopy(silo_col(0, 13, &isnull), false, UUID_LEN);
+	lease->holds = NIL;
+	{
+		Datum		holds = silo_col(0, 14, &isnull);
+
+		lease->limited = !isnull;
+		if (!isnull)
+			lease->holds = silo_holds_list(holds);
+	}
 }
 
 /*
@@ -94,6 +104,22 @@ outcome_take_lease(Datum task_id, const char *worker_id, TimestampTz now, SiloLe
 				 errmsg("lease owner mismatch"),
 				 errdetail("Task %s is leased by another worker.",
 						   silo_uuid_to_cstring(task_id))));
+}
+
+/*
+ * silo_delete_lease: drop a lease row outright (a refresh the broker
+ * treats as lost); its worker's report then finds no lease.
+ */
+void
+silo_delete_lease(Datum task_id)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[1] = {UUIDOID};
+	Datum		values[1];
+
+	values[0] = task_id;
+	silo_exec(&plan, "DELETE FROM silo.task_lease WHERE task_id = $1",
+			  1, types, values, NULL, false, 0);
 }
 
 /*
@@ -220,6 +246,27 @@ outcome_lock_job(SiloLease *lease, SiloRetryPolicy *policy, bool nowait)
 }
 
 /*
+ * outcome_chain_job: the chain walker's view of the job behind a lease,
+ * for its next attempt (or the same one, released) with task task_id
+ * starting at start.  Reads the job's limits.
+ */
+static void
+outcome_chain_job(SiloChainJob *job, SiloLease *lease, Datum task_id, TimestampTz start)
+{
+	memset(job, 0, sizeof(*job));
+	job->tenant = lease->tenant;
+	job->job_id = lease->job_id;
+	job->task_group = lease->task_group;
+	job->priority = lease->priority;
+	job->seq = lease->seq;
+	job->attempt = lease->attempt;
+	job->relative_attempt = lease->relative_attempt;
+	job->task_id = task_id;
+	job->start_at = start;
+	silo_chain_load_limits(job);
+}
+
+/*
  * silo_finish_attempt: end the attempt behind a taken lease.  Writes the
  * attempt row and either a terminal status or, for a failure with retries
  * left, the next task and a Pending status.  A failure of a cancelled job
@@ -236,13 +283,13 @@ silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
 	static SPIPlanPtr end_plan = NULL;
 	static SPIPlanPtr retry_plan = NULL;
 	static SPIPlanPtr flag_plan = NULL;
-	static const Oid types[18] = {
+	static const Oid types[19] = {
 		TEXTOID, TEXTOID, INT4OID, INT4OID, UUIDOID, TEXTOID, TEXTOID,
 		TIMESTAMPTZOID, TIMESTAMPTZOID, JSONBOID, TEXTOID, JSONBOID,
-		TEXTOID, TIMESTAMPTZOID, INT2OID, UUIDOID, INT8OID, BOOLOID
+		TEXTOID, TIMESTAMPTZOID, INT2OID, UUIDOID, INT8OID, BOOLOID, BOOLOID
 	};
-	Datum		values[18];
-	char		nulls[18];
+	Datum		values[19];
+	char		nulls[19];
 	SiloRetryPolicy policy;
 	bool		cancelled = false;
 	const char *status;
@@ -283,7 +330,7 @@ silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
 			break;
 	}
 
-	for (i = 0; i < 18; i++)
+	for (i = 0; i < 19; i++)
 		nulls[i] = ' ';
 	values[0] = CStringGetTextDatum(lease->tenant);
 	values[1] = CStringGetTextDatum(lease->job_id);
@@ -301,6 +348,11 @@ silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
 	values[11] = error_data ? JsonbPGetDatum(error_data) : (Datum) 0;
 	nulls[11] = error_data ? ' ' : 'n';
 
+	/*
+	 * A job with limits locks its status row before its keys (the order
+	 * every path takes); the final UPDATE below takes the lock when the
+	 * job row was not locked above.
+	 */
 	if (!retry)
 	{
 		values[12] = CStringGetTextDatum(job_status);
@@ -320,6 +372,8 @@ silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
 					  "INSERT INTO silo.job_cancellation (tenant, job_id, cancelled_at)"
 					  " VALUES ($1, $2, $9) ON CONFLICT DO NOTHING",
 					  9, types, values, nulls, false, 0);
+		if (lease->limited)
+			silo_limits_release(lease->tenant, lease->holds, lease->task_id, now);
 		return;
 	}
 
@@ -333,6 +387,7 @@ silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
 		values[15] = silo_new_uuid();
 		values[16] = Int64GetDatum(lease->seq);
 		values[17] = BoolGetDatum(delay == 0);
+		values[18] = BoolGetDatum(!lease->limited);
 		silo_exec(&retry_plan,
 				  "WITH a AS ("
 				  "  INSERT INTO silo.attempt (tenant, job_id, attempt, relative_attempt, task_id,"
@@ -341,12 +396,23 @@ silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
 				  " t AS ("
 				  "  INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
 				  "    relative_attempt, task_id, seq, due)"
-				  "  VALUES ($13, $14, $15, $1, $2, $3 + 1, $4 + 1, $16, $17, $18))"
+				  "  SELECT $13, $14, $15, $1, $2, $3 + 1, $4 + 1, $16, $17, $18 WHERE $19)"
 				  "UPDATE silo.job_status SET status = 'Pending', changed_at = $9,"
 				  "  attempt = $3 + 1, relative_attempt = $4 + 1, task_id = $16, next_attempt_at = $14"
 				  " WHERE tenant = $1 AND id = $2",
-				  18, types, values, nulls, false, 0);
-		if (delay == 0)
+				  19, types, values, nulls, false, 0);
+		if (lease->limited)
+		{
+			SiloChainJob job;
+
+			/* Free the slots first: the retry queues behind the waiters. */
+			silo_limits_release(lease->tenant, lease->holds, lease->task_id, now);
+			outcome_chain_job(&job, lease, values[15], start);
+			job.attempt = lease->attempt + 1;
+			job.relative_attempt = lease->relative_attempt + 1;
+			silo_chain_start(&job, now);
+		}
+		else if (delay == 0)
 			silo_notify_group(lease->task_group);
 		else
 			silo_wake_broker_at_commit();
@@ -354,11 +420,14 @@ silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
 }
 
 /*
- * outcome_begin: the common start of every report: check the task_id and
- * worker_id arguments, connect SPI and take the lease.
+ * silo_take_reported_lease: the common start of every report: check the
+ * task_id and worker_id arguments, connect SPI and take the lease, which
+ * must be of the given kind ('run' for job reports, 'refresh' for
+ * floating-limit refreshes).
  */
-static void
-outcome_begin(FunctionCallInfo fcinfo, TimestampTz now, SiloLease *lease)
+void
+silo_take_reported_lease(FunctionCallInfo fcinfo, TimestampTz now, const char *kind,
+						 SiloLease *lease)
 {
 	char	   *worker_id;
 
@@ -368,6 +437,14 @@ outcome_begin(FunctionCallInfo fcinfo, TimestampTz now, SiloLease *lease)
 		silo_require_read_committed(psprintf("silo.%s", get_func_name(fcinfo->flinfo->fn_oid)));
 	silo_spi_connect();
 	outcome_take_lease(PG_GETARG_DATUM(0), worker_id, now, lease);
+	if (strcmp(lease->kind, kind) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_WRONG_TASK_KIND),
+				 errmsg("task %s is a %s task, not a %s task",
+						silo_uuid_to_cstring(lease->task_id), lease->kind, kind),
+				 strcmp(kind, "run") == 0
+				 ? errhint("Answer a refresh task with silo.report_refresh or silo.fail_refresh.")
+				 : errhint("Answer a job's task with silo.complete, silo.fail, silo.ack_cancel or silo.release.")));
 }
 
 /*
@@ -380,7 +457,7 @@ outcome_report(FunctionCallInfo fcinfo, SiloOutcome outcome, Jsonb *result,
 	SiloLease	lease;
 	TimestampTz now = silo_now_ts();
 
-	outcome_begin(fcinfo, now, &lease);
+	silo_take_reported_lease(fcinfo, now, "run", &lease);
 	silo_finish_attempt(&lease, outcome, result, error_code, error_data, now, false);
 	silo_spi_finish();
 }
@@ -432,16 +509,16 @@ Datum
 silo_release(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr plan = NULL;
-	static const Oid types[10] = {
+	static const Oid types[11] = {
 		TEXTOID, TEXTOID, INT4OID, INT4OID, TEXTOID, TIMESTAMPTZOID, INT2OID,
-		UUIDOID, INT8OID, TIMESTAMPTZOID
+		UUIDOID, INT8OID, TIMESTAMPTZOID, BOOLOID
 	};
-	Datum		values[10];
+	Datum		values[11];
 	SiloLease	lease;
 	SiloRetryPolicy policy;
 	TimestampTz now = silo_now_ts();
 
-	outcome_begin(fcinfo, now, &lease);
+	silo_take_reported_lease(fcinfo, now, "run", &lease);
 	if (outcome_lock_job(&lease, &policy, false))
 	{
 		silo_finish_attempt(&lease, SILO_OUTCOME_CANCELLED, NULL, "RELEASED", NULL, now, false);
@@ -459,15 +536,76 @@ silo_release(PG_FUNCTION_ARGS)
 	values[7] = silo_new_uuid();
 	values[8] = Int64GetDatum(lease.seq);
 	values[9] = TimestampTzGetDatum(now);
+	values[10] = BoolGetDatum(!lease.limited);
 	silo_exec(&plan,
 			  "WITH t AS ("
 			  "  INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
 			  "    relative_attempt, task_id, seq, due)"
-			  "  VALUES ($5, $6, $7, $1, $2, $3, $4, $8, $9, true))"
+			  "  SELECT $5, $6, $7, $1, $2, $3, $4, $8, $9, true WHERE $11)"
 			  "UPDATE silo.job_status SET task_id = $8, next_attempt_at = $6, changed_at = $10"
 			  " WHERE tenant = $1 AND id = $2",
-			  10, types, values, NULL, false, 0);
+			  11, types, values, NULL, false, 0);
+	if (lease.limited)
+	{
+		SiloChainJob job;
+
+		/* The slots go back, and the task walks its limits again. */
+		silo_limits_release(lease.tenant, lease.holds, lease.task_id, now);
+		outcome_chain_job(&job, &lease, values[7], lease.start_at);
+		silo_chain_start(&job, now);
+	}
+	else
+		silo_notify_group(lease.task_group);
 	silo_spi_finish();
-	silo_notify_group(lease.task_group);
 	PG_RETURN_VOID();
+}
+
+/*
+ * silo_chain_fail_rate_limited: a job over a rate limit has used up the
+ * limit's maxRetries re-checks: it ends Failed with RATE_LIMITED (the
+ * original Silo dropped the check and stranded the job), with an attempt
+ * row that never started, and its slots are freed.  The broker holds the
+ * job's status row.
+ */
+void
+silo_chain_fail_rate_limited(SiloChainJob *job, int at, TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[7] = {
+		TEXTOID, TEXTOID, INT4OID, INT4OID, UUIDOID, TIMESTAMPTZOID, JSONBOID
+	};
+	Datum		values[7];
+	SiloLimit  *l = &job->limits[at];
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"limit_index\": ");
+	appendStringInfo(&buf, "%d, \"name\": ", at);
+	escape_json(&buf, l->key);
+	appendStringInfoString(&buf, ", \"uniqueKey\": ");
+	escape_json(&buf, l->unique_key);
+	appendStringInfo(&buf, ", \"rechecks\": %d}", job->rate_checks);
+
+	values[0] = CStringGetTextDatum(job->tenant);
+	values[1] = CStringGetTextDatum(job->job_id);
+	values[2] = Int32GetDatum(job->attempt);
+	values[3] = Int32GetDatum(job->relative_attempt);
+	values[4] = job->task_id;
+	values[5] = TimestampTzGetDatum(now);
+	values[6] = DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data));
+	silo_exec(&plan,
+			  "WITH a AS ("
+			  "  INSERT INTO silo.attempt (tenant, job_id, attempt, relative_attempt, task_id,"
+			  "    status, finished_at, error_code, error_data)"
+			  "  VALUES ($1, $2, $3, $4, $5, 'Failed', $6, 'RATE_LIMITED', $7))"
+			  "UPDATE silo.job_status SET status = 'Failed', changed_at = $6, task_id = NULL,"
+			  "  next_attempt_at = NULL"
+			  " WHERE tenant = $1 AND id = $2 AND status = 'Pending' AND task_id = $5",
+			  7, types, values, NULL, false, 0);
+	if (SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_INTERNAL),
+				 errmsg("job \"%s\" of tenant \"%s\" is not waiting on task %s",
+						job->job_id, job->tenant, silo_uuid_to_cstring(job->task_id))));
+	silo_limits_release(job->tenant, job->holds, job->task_id, now);
 }

@@ -177,12 +177,14 @@ silo_xact_callback(XactEvent event, void *arg)
 				silo_broker_wake_pending = false;
 				silo_wake_broker();
 			}
+			silo_limits_xact_end();
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			silo_broker_wake_pending = false;
 			silo_notify_forget();
+			silo_limits_xact_end();
 			break;
 		default:
 			break;

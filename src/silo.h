@@ -13,6 +13,10 @@
  *	  outcome.c		complete, fail, ack_cancel, release and the shared
  *					"finish an attempt" transition (also used by the sweep)
  *	  jobops.c		cancel, restart, expedite, delete_job, job_result
+ *	  limits.c		parsing and validation of a job's limits
+ *	  chain.c		the limit chain: key locks, walk, grants, releases
+ *	  floating.c	floating limit state and its refresh tasks
+ *	  ratelimit.c	rate-limit buckets
  *	  broker.c		the background worker: promotion, lease sweep, purge
  *
  *-------------------------------------------------------------------------
@@ -24,6 +28,7 @@
 
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "nodes/pg_list.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
@@ -49,6 +54,11 @@ extern int	silo_clock_offset_ms;
 #define SILO_MAX_LEASE_BATCH	1000
 #define SILO_MIN_LEASE_MS		100
 #define SILO_MAX_LEASE_MS		3600000
+#define SILO_MAX_LIMITS			16
+#define SILO_MAX_LIMIT_KEY_LEN	256
+
+/* locktag_field4 of silo's key locks (user advisory locks use 1 and 2). */
+#define SILO_LOCKTAG_CLASS		0x5110
 
 /* The pg_cron job that runs the retention purge. */
 #define SILO_PURGE_JOB_NAME		"silo-purge-terminal-jobs"
@@ -65,6 +75,59 @@ typedef struct SiloRetryPolicy
 	double		factor;
 	bool		randomize;
 } SiloRetryPolicy;
+
+/* One limit of a job, as parsed by limits.c. */
+typedef enum SiloLimitType
+{
+	SILO_LIMIT_CONCURRENCY,
+	SILO_LIMIT_FLOATING,
+	SILO_LIMIT_RATE
+} SiloLimitType;
+
+typedef struct SiloLimit
+{
+	SiloLimitType type;
+	char	   *key;			/* concurrency key, or a rate limit's name */
+	char	   *unique_key;		/* rate limit */
+	int32		max;			/* maxConcurrency or defaultMaxConcurrency */
+	int64		refresh_interval_ms;
+	Jsonb	   *metadata;		/* floating; NULL means {} */
+	int64		limit;			/* rate limit */
+	int64		duration_ms;
+	int64		hits;
+	bool		leaky;
+	int32		behavior;		/* accepted, ignored */
+	int64		rl_initial_ms;
+	int64		rl_max_ms;
+	double		rl_multiplier;
+	int32		rl_max_retries; /* 0: unlimited */
+} SiloLimit;
+
+/* An attempt of a job walking its limit chain (chain.c). */
+typedef struct SiloChainJob
+{
+	char	   *tenant;
+	char	   *job_id;
+	char	   *task_group;
+	int32		priority;
+	int64		seq;
+	int32		attempt;
+	int32		relative_attempt;
+	Datum		task_id;		/* the attempt's task; holders are keyed by it */
+	TimestampTz start_at;		/* effective start: its place in every queue */
+	int			nlimits;
+	SiloLimit  *limits;
+	List	   *holds;			/* keys held so far */
+	int32		rate_checks;	/* re-checks of the current rate limit */
+} SiloChainJob;
+
+/* Who walks a chain: its job's owner, a grant of another job, the broker. */
+typedef enum SiloChainMode
+{
+	SILO_CHAIN_OWNER,
+	SILO_CHAIN_CASCADE,
+	SILO_CHAIN_BROKER
+} SiloChainMode;
 
 /* shmem.c */
 extern void silo_shmem_request(void);
@@ -103,7 +166,32 @@ extern void silo_check_length(const char *name, const char *value, int min, int 
 extern void silo_check_range(const char *name, int64 value, int64 min, int64 max);
 extern void silo_parse_retry_policy(Jsonb *policy, SiloRetryPolicy *out);
 extern void silo_check_metadata(Jsonb *metadata);
-extern void silo_check_limits(Jsonb *limits);
+extern const char *silo_json_type_name(JsonbValue *v);
+extern double silo_json_number(const char *what, JsonbValue *v);
+
+/* limits.c */
+extern int	silo_parse_limits(Jsonb *limits, SiloLimit **out, Jsonb **normalized);
+
+/* chain.c */
+extern bool silo_limits_nowait;
+extern void silo_limits_xact_end(void);
+extern void silo_limits_set_broker(void);
+extern void silo_limits_lock_key(const char *tenant, const char *queue);
+extern void silo_limits_lock_all(const char *tenant, List *queues);
+extern Datum silo_holds_datum(List *holds);
+extern List *silo_holds_list(Datum arr);
+extern List *silo_limit_queues(SiloLimit *limits, int n);
+extern void silo_chain_load_limits(SiloChainJob *job);
+extern void silo_chain_start(SiloChainJob *job, TimestampTz now);
+extern void silo_chain_resume(SiloChainJob *job, int at, SiloChainMode mode, TimestampTz now);
+extern void silo_grant_key(const char *tenant, const char *queue, TimestampTz now);
+extern void silo_limits_release(const char *tenant, List *queues, Datum task_id, TimestampTz now);
+extern bool silo_chain_cancel(SiloChainJob *job, TimestampTz now);
+
+/* ratelimit.c */
+extern bool silo_rate_limit_admit(const char *tenant, SiloLimit *l, TimestampTz now,
+								  TimestampTz *next_admit);
+extern int64 silo_purge_idle_buckets(TimestampTz now);
 extern char *silo_text_arg(FunctionCallInfo fcinfo, int argno, const char *name,
 						   int minlen, int maxlen);
 
@@ -117,9 +205,11 @@ typedef struct SiloEnqueueArgs
 	int32		priority;
 	TimestampTz start_at;
 	SiloRetryPolicy retry;
-	Jsonb	   *limits;
+	Jsonb	   *limits;			/* normalized by enqueue_validate */
 	Jsonb	   *metadata;
 	bool		ignore_conflict;
+	int			nlimits;		/* set by enqueue_validate */
+	SiloLimit  *parsed_limits;
 } SiloEnqueueArgs;
 
 extern char *silo_enqueue_job(SiloEnqueueArgs *args);
@@ -148,6 +238,8 @@ typedef struct SiloLease
 	char	   *worker_id;
 	TimestampTz started_at;
 	TimestampTz expires_at;
+	bool		limited;		/* the job has limits: holds is set */
+	List	   *holds;			/* keys the task holds */
 } SiloLease;
 
 extern bool silo_take_expired_lease(Datum task_id, TimestampTz now, SiloLease *lease);
@@ -155,8 +247,25 @@ extern void silo_finish_attempt(SiloLease *lease, SiloOutcome outcome,
 								Jsonb *result, const char *error_code,
 								Jsonb *error_data, TimestampTz now, bool nowait);
 extern int64 silo_retry_delay_ms(const SiloRetryPolicy *policy, int32 retry_number);
+extern void silo_take_reported_lease(FunctionCallInfo fcinfo, TimestampTz now,
+									 const char *kind, SiloLease *lease);
+extern void silo_delete_lease(Datum task_id);
+extern void silo_chain_fail_rate_limited(SiloChainJob *job, int at, TimestampTz now);
+
+/* floating.c */
+extern int32 silo_floating_max(const char *tenant, SiloLimit *l, const char *task_group,
+							   TimestampTz now);
+extern uint64 silo_floating_lease(const char *task_group, int32 max, const char *worker_id,
+								  TimestampTz now, TimestampTz expires);
+extern void silo_floating_refresh_expired(SiloLease *lease, TimestampTz now);
+extern int64 silo_check_floating_limits(TimestampTz now, int limit, int64 *offset, bool *more);
 
 /* broker.c */
+typedef bool (*SiloItemFn) (int i, void *arg, TimestampTz now);
+typedef char *(*SiloItemDescribeFn) (int i, void *arg);
+extern int64 silo_run_isolated(int n, SiloItemFn fn, SiloItemDescribeFn describe, void *arg,
+							   TimestampTz now, int64 *offset);
+extern int64 silo_run_chain_tasks(TimestampTz now, int limit, int64 *offset, bool *more);
 extern int64 silo_promote_due_tasks(TimestampTz now);
 extern int64 silo_sweep_expired_leases(TimestampTz now, int limit, int64 *offset,
 										 bool *more);

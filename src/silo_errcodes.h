@@ -34,5 +34,8 @@
 #define ERRCODE_SILO_JOB_NOT_EXPEDITABLE	MAKE_SQLSTATE('S','L','0','0','8')
 /* SL009: the extension's bookkeeping is inconsistent (a bug; report it) */
 #define ERRCODE_SILO_INTERNAL				MAKE_SQLSTATE('S','L','0','0','9')
+/* SL010: a report of the wrong kind (a job report on a refresh task, or
+ * a refresh report on a job's task) */
+#define ERRCODE_SILO_WRONG_TASK_KIND		MAKE_SQLSTATE('S','L','0','1','0')
 
 #endif							/* SILO_ERRCODES_H */

@@ -18,8 +18,6 @@
 #include "utils/fmgrprotos.h"
 #include "utils/numeric.h"
 
-static double silo_json_number(const char *what, JsonbValue *v);
-static const char *silo_json_type_name(JsonbValue *v);
 
 /*
  * silo_require_arg: raise 22004 when a required argument is NULL.
@@ -96,7 +94,7 @@ silo_text_arg(FunctionCallInfo fcinfo, int argno, const char *name,
 /*
  * silo_json_type_name: the JSON type of a value, for error messages.
  */
-static const char *
+const char *
 silo_json_type_name(JsonbValue *v)
 {
 	switch (v->type)
@@ -119,7 +117,7 @@ silo_json_type_name(JsonbValue *v)
 /*
  * silo_json_number: a JSON number as a double, or 22023 naming what.
  */
-static double
+double
 silo_json_number(const char *what, JsonbValue *v)
 {
 	if (v->type != jbvNumeric)
@@ -269,23 +267,4 @@ silo_check_metadata(Jsonb *metadata)
 						 errdetail("The value given has %d bytes.", v.val.string.len)));
 		}
 	}
-}
-
-/*
- * silo_check_limits: limits must be a JSON array; until the limits
- * release, only the empty array is accepted.
- */
-void
-silo_check_limits(Jsonb *limits)
-{
-	if (!JB_ROOT_IS_ARRAY(limits) || JB_ROOT_IS_SCALAR(limits))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("limits must be a JSON array")));
-	if (JB_ROOT_COUNT(limits) > 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("limits are not supported yet"),
-				 errdetail("This release of silo runs jobs without concurrency or rate limits."),
-				 errhint("Pass an empty array, or leave limits out.")));
 }
