@@ -74,6 +74,18 @@ CREATE TABLE silo.concurrency_holder (
 	PRIMARY KEY (tenant, queue, task_id)
 );
 
+/*
+ * Keys released while their lock was busy: the holder row is gone, and
+ * the broker grants the key's waiters.  No unique key, so a release never
+ * waits to write a marker.
+ */
+CREATE TABLE silo.concurrency_regrant (
+	tenant		text NOT NULL,
+	queue		text NOT NULL,
+	marked_at	timestamptz NOT NULL
+);
+CREATE INDEX concurrency_regrant_key ON silo.concurrency_regrant (tenant, queue);
+
 -- 0x0B: shared floating-limit state and its refresh lifecycle (floating.c).
 CREATE TABLE silo.floating_limit (
 	tenant		text NOT NULL,
@@ -122,6 +134,7 @@ ALTER TABLE silo.concurrency_holder SET (autovacuum_vacuum_scale_factor = 0.01, 
 SELECT pg_catalog.pg_extension_config_dump('silo.chain_task', '');
 SELECT pg_catalog.pg_extension_config_dump('silo.concurrency_request', '');
 SELECT pg_catalog.pg_extension_config_dump('silo.concurrency_holder', '');
+SELECT pg_catalog.pg_extension_config_dump('silo.concurrency_regrant', '');
 SELECT pg_catalog.pg_extension_config_dump('silo.floating_limit', '');
 SELECT pg_catalog.pg_extension_config_dump('silo.rate_limit_bucket', '');
 
@@ -152,7 +165,9 @@ LANGUAGE C VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 CREATE OR REPLACE VIEW silo.leases AS
 SELECT task_id, kind, task_group, tenant,
 	   CASE WHEN kind = 'run' THEN job_id END AS job_id,
-	   attempt, relative_attempt, worker_id, started_at, expires_at,
+	   CASE WHEN kind = 'run' THEN attempt END AS attempt,
+	   CASE WHEN kind = 'run' THEN relative_attempt END AS relative_attempt,
+	   worker_id, started_at, expires_at,
 	   expires_at <= silo.now() AS expired,
 	   CASE WHEN kind = 'refresh' THEN job_id END AS queue_key,
 	   holds
@@ -226,7 +241,7 @@ SELECT c.tenant, c.job_id, c.task_group, c.attempt, c.limit_index::integer,
 
 REVOKE ALL ON FUNCTION silo.report_refresh(uuid, text, integer), silo.fail_refresh(uuid, text, text),
 	silo.reset_floating_limit(text, text) FROM PUBLIC;
-REVOKE ALL ON silo.chain_task, silo.concurrency_request, silo.concurrency_holder,
+REVOKE ALL ON silo.chain_task, silo.concurrency_request, silo.concurrency_holder, silo.concurrency_regrant,
 	silo.floating_limit, silo.rate_limit_bucket, silo.queues, silo.floating_limits,
 	silo.blocked_jobs FROM PUBLIC;
 
@@ -234,6 +249,6 @@ GRANT EXECUTE ON FUNCTION silo.report_refresh(uuid, text, integer), silo.fail_re
 	TO silo_worker, silo_admin;
 GRANT EXECUTE ON FUNCTION silo.reset_floating_limit(text, text) TO silo_admin;
 GRANT SELECT ON silo.queues, silo.floating_limits, silo.blocked_jobs TO silo_producer;
-GRANT SELECT ON silo.chain_task, silo.concurrency_request, silo.concurrency_holder,
+GRANT SELECT ON silo.chain_task, silo.concurrency_request, silo.concurrency_holder, silo.concurrency_regrant,
 	silo.floating_limit, silo.rate_limit_bucket, silo.queues, silo.floating_limits,
 	silo.blocked_jobs, silo.leases TO silo_admin;

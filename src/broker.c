@@ -357,6 +357,7 @@ broker_next_sleep_ms(TimestampTz now)
 	silo_exec(&plan,
 			  "SELECT least((SELECT min(start_at) FROM silo.task WHERE NOT due),"
 			  "             (SELECT min(run_at) FROM silo.chain_task),"
+			  "             (SELECT min(marked_at) FROM silo.concurrency_regrant),"
 			  "             (SELECT min(refresh_check_at) FROM silo.floating_limit))",
 			  0, NULL, NULL, NULL, true, 0);
 	next = silo_col_ts(0, 1, &isnull);
@@ -385,6 +386,38 @@ broker_check_interrupts(void)
 }
 
 /*
+ * broker_schema_ready: whether the installed extension is the version this
+ * library was built for.  After a library upgrade and before ALTER
+ * EXTENSION silo UPDATE, the broker waits (logging once) instead of
+ * failing every round on tables that do not exist yet.
+ */
+static bool
+broker_schema_ready(void)
+{
+	static SPIPlanPtr plan = NULL;
+	static bool warned = false;
+	char	   *version;
+
+	silo_exec(&plan, "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'silo'",
+			  0, NULL, NULL, NULL, true, 1);
+	if (SPI_processed != 1)
+		return false;
+	version = silo_col_text(0, 1);
+	if (strcmp(version, SILO_EXTENSION_VERSION) == 0)
+	{
+		warned = false;
+		return true;
+	}
+	if (!warned)
+		ereport(LOG,
+				(errmsg("silo broker is waiting: extension silo is at version %s, the library at %s",
+						version, SILO_EXTENSION_VERSION),
+				 errhint("Run ALTER EXTENSION silo UPDATE in database \"%s\".", silo_database)));
+	warned = true;
+	return false;
+}
+
+/*
  * broker_run: run fn in a transaction of its own with SPI connected.  An
  * error is logged and the transaction aborted; the broker carries on.
  * Returns false when fn failed or silo is not installed.
@@ -403,9 +436,12 @@ broker_run(MemoryContext loopcxt, const char *activity, void (*fn) (void *), voi
 		if (OidIsValid(get_extension_oid("silo", true)))
 		{
 			silo_spi_connect();
-			fn(arg);
+			if (broker_schema_ready())
+			{
+				fn(arg);
+				ok = true;
+			}
 			silo_spi_finish();
-			ok = true;
 		}
 		PopActiveSnapshot();
 		CommitTransactionCommand();
@@ -457,6 +493,14 @@ broker_chain_step(void *arg)
 	BrokerSweepRound *round = (BrokerSweepRound *) arg;
 
 	(void) silo_run_chain_tasks(silo_now_ts(), BROKER_SWEEP_BATCH, &round->offset, &round->more);
+}
+
+static void
+broker_regrant_step(void *arg)
+{
+	BrokerSweepRound *round = (BrokerSweepRound *) arg;
+
+	(void) silo_run_regrants(silo_now_ts(), BROKER_SWEEP_BATCH, &round->offset, &round->more);
 }
 
 static void
@@ -518,6 +562,7 @@ broker_tick(MemoryContext loopcxt)
 	/* A failed promotion must not stop the sweep. */
 	(void) broker_run(loopcxt, "silo broker: promote", broker_promote_step, NULL);
 	broker_rounds(loopcxt, "silo broker: limits", broker_chain_step);
+	broker_rounds(loopcxt, "silo broker: regrants", broker_regrant_step);
 	broker_rounds(loopcxt, "silo broker: sweep", broker_sweep_step);
 	broker_rounds(loopcxt, "silo broker: floating limits", broker_floating_step);
 	(void) broker_run(loopcxt, "silo broker: plan", broker_sleep_step, &sleep_ms);
@@ -654,11 +699,13 @@ silo_run_maintenance(PG_FUNCTION_ARGS)
 	Datum		values[2];
 	bool		nulls[2] = {false, false};
 	TimestampTz now = silo_now_ts();
+	bool		save_nowait;
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "silo: run_maintenance must return a record");
 	silo_require_read_committed("silo.run_maintenance");
 	/* Like the broker, never wait for a key another transaction holds. */
+	save_nowait = silo_limits_nowait;
 	silo_limits_nowait = true;
 	silo_spi_connect();
 	{
@@ -670,6 +717,12 @@ silo_run_maintenance(PG_FUNCTION_ARGS)
 		do
 		{
 			promoted += silo_run_chain_tasks(now, 1000, &offset, &more);
+			CHECK_FOR_INTERRUPTS();
+		} while (more);
+		offset = 0;
+		do
+		{
+			(void) silo_run_regrants(now, 1000, &offset, &more);
 			CHECK_FOR_INTERRUPTS();
 		} while (more);
 		offset = 0;
@@ -689,6 +742,7 @@ silo_run_maintenance(PG_FUNCTION_ARGS)
 		values[1] = Int64GetDatum(swept);
 	}
 	silo_spi_finish();
+	silo_limits_nowait = save_nowait;	/* (an error resets it at transaction end) */
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
 }
 

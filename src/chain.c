@@ -18,12 +18,15 @@
  * floating state or rate bucket happens under that key's lock, a
  * transaction-scoped lock in the advisory lock space (field4 =
  * SILO_LOCKTAG_CLASS, so it never collides with user advisory locks).
- * Deadlock freedom among silo's own calls comes from one rule: a
- * transaction waits for a key lock only when the key's hash is greater
- * than every key lock it already holds (a global order); otherwise it
- * only tries, and on failure defers the rest of the chain to a chain task
- * that the broker walks.  Sets of keys (a job's releases) are locked in
- * hash order.  The broker never waits: a busy key makes it retry later.
+ * Deadlock freedom among silo's calls comes from one rule: a transaction
+ * waits for a key lock only when the key's hash is greater than every key
+ * lock it already holds (a global order); otherwise it only tries.  A walk
+ * that cannot take a key defers the rest of its chain to a chain task the
+ * broker walks; a release that cannot take a key deletes its holder row
+ * anyway and leaves a regrant marker for the broker.  A job's keys are
+ * taken in hash order.  The broker never waits: a busy key makes it retry
+ * later.  (Cancel and the refresh reports wait for their keys; see
+ * docs/limits.md.)
  *
  * Lock order with rows: lease row, then the job's status row, then key
  * locks.  Grants of other jobs touch only rows created or owned under the
@@ -51,13 +54,23 @@
 /* Requesters granted per round trip. */
 #define CHAIN_GRANT_BATCH	32
 
+/*
+ * Key locks are entries in the shared lock table, which is sized for
+ * max_locks_per_transaction per backend.  Past this many keys in one
+ * transaction (a bulk enqueue_many over many keys), walks are deferred
+ * to the broker instead of taking more; releases still lock what they
+ * must, a job's keys being at most SILO_MAX_LIMITS.
+ */
+#define CHAIN_MAX_XACT_KEYS 256
+
 /* Set while the broker (or run_maintenance) runs: never wait for keys. */
 bool		silo_limits_nowait = false;
 static bool chain_is_broker = false;
 
-/* The greatest key hash this transaction holds a lock on. */
+/* The greatest key hash this transaction holds a lock on, and how many. */
 static bool chain_holds_any = false;
 static uint64 chain_max_held = 0;
+static int	chain_nkeys = 0;
 
 static void chain_walk(SiloChainJob *job, int from, SiloChainMode mode, TimestampTz now);
 
@@ -70,6 +83,7 @@ silo_limits_xact_end(void)
 {
 	chain_holds_any = false;
 	chain_max_held = 0;
+	chain_nkeys = 0;
 	silo_limits_nowait = chain_is_broker;
 }
 
@@ -105,19 +119,27 @@ chain_hash(char domain, const char *tenant, const char *a, const char *b)
 /*
  * chain_lock: lock a key hash.  Waits only when always_wait is set or
  * the hash is above every key already held (and never in nowait mode);
- * otherwise only tries.  Returns false when the lock is busy.
+ * otherwise only tries.  Returns false when the lock is busy, or when the
+ * transaction already holds CHAIN_MAX_XACT_KEYS keys (unless always_wait).
  */
 static bool
 chain_lock(uint64 h, bool always_wait)
 {
 	LOCKTAG		tag;
 	bool		wait;
+	LockAcquireResult res;
 
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
 						 SILO_LOCKTAG_CLASS);
-	wait = !silo_limits_nowait && (always_wait || !chain_holds_any || h > chain_max_held);
-	if (LockAcquire(&tag, ExclusiveLock, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
+	if (!always_wait && chain_nkeys >= CHAIN_MAX_XACT_KEYS &&
+		!LockHeldByMe(&tag, ExclusiveLock))
 		return false;
+	wait = !silo_limits_nowait && (always_wait || !chain_holds_any || h > chain_max_held);
+	res = LockAcquire(&tag, ExclusiveLock, false, !wait);
+	if (res == LOCKACQUIRE_NOT_AVAIL)
+		return false;
+	if (res == LOCKACQUIRE_OK)
+		chain_nkeys++;
 	if (!chain_holds_any || h > chain_max_held)
 		chain_max_held = h;
 	chain_holds_any = true;
@@ -253,8 +275,12 @@ silo_chain_load_limits(SiloChainJob *job)
 
 	values[0] = CStringGetTextDatum(job->tenant);
 	values[1] = CStringGetTextDatum(job->job_id);
+	/*
+	 * Not read_only: that would reuse the statement's snapshot, taken before
+	 * a key-lock wait, and miss a job committed while we waited.
+	 */
 	silo_exec(&plan, "SELECT limits FROM silo.job_info WHERE tenant = $1 AND id = $2",
-			  2, types, values, NULL, true, 1);
+			  2, types, values, NULL, false, 1);
 	if (SPI_processed != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_SILO_INTERNAL),
@@ -437,8 +463,12 @@ chain_rate_delay_at(SiloLimit *l, int32 k, TimestampTz next_admit, TimestampTz n
 {
 	double		delay;
 
+	/*
+	 * Rounded up to the millisecond: waiters of one leaky bucket then get
+	 * equal times, and the broker takes them in queue order.
+	 */
 	if (next_admit > now && next_admit - now <= (TimestampTz) l->rl_max_ms * 1000)
-		return next_admit;
+		return (next_admit + 999) / 1000 * 1000;
 	delay = (double) l->rl_initial_ms * pow(l->rl_multiplier, (double) k);
 	if (!(delay < (double) l->rl_max_ms))
 		delay = (double) l->rl_max_ms;
@@ -728,9 +758,35 @@ silo_grant_key(const char *tenant, const char *queue, TimestampTz now)
 }
 
 /*
- * silo_limits_release: free the slots task_id holds on queues: lock the
- * keys in order, delete the holder rows, and grant each key's next
- * requesters -- all in the caller's transaction.
+ * chain_mark_regrant: a released key whose lock was busy: the holder row
+ * is gone, but its waiters must be looked at by whoever can take the
+ * lock.  The marker is a plain insert (no unique key), so writing it never
+ * waits; the broker grants and deletes markers.
+ */
+static void
+chain_mark_regrant(const char *tenant, const char *queue, TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[3] = {TEXTOID, TEXTOID, TIMESTAMPTZOID};
+	Datum		values[3];
+
+	values[0] = CStringGetTextDatum(tenant);
+	values[1] = CStringGetTextDatum(queue);
+	values[2] = TimestampTzGetDatum(now);
+	silo_exec(&plan,
+			  "INSERT INTO silo.concurrency_regrant (tenant, queue, marked_at) VALUES ($1, $2, $3)",
+			  3, types, values, NULL, false, 0);
+	silo_wake_broker_at_commit();
+}
+
+/*
+ * silo_limits_release: free the slots task_id holds on queues, in the
+ * caller's transaction.  Keys are taken in hash order, waiting only where
+ * the global order allows; a key that is busy out of order is not waited
+ * for (a transaction completing a batch of jobs would otherwise deadlock
+ * with another): its holder row is deleted all the same -- a concurrent
+ * grant can only over-count it, never over-grant -- and a regrant marker
+ * hands its waiters to the broker.  Keys taken are granted at once.
  */
 void
 silo_limits_release(const char *tenant, List *queues, Datum task_id, TimestampTz now)
@@ -738,11 +794,26 @@ silo_limits_release(const char *tenant, List *queues, Datum task_id, TimestampTz
 	static SPIPlanPtr plan = NULL;
 	static const Oid types[3] = {TEXTOID, TEXTARRAYOID, UUIDOID};
 	Datum		values[3];
+	int			n = list_length(queues);
+	ChainKey   *keys;
+	bool	   *locked;
 	ListCell   *lc;
+	int			i = 0;
 
-	if (queues == NIL)
+	if (n == 0)
 		return;
-	silo_limits_lock_all(tenant, queues);
+	keys = palloc(sizeof(ChainKey) * n);
+	locked = palloc(sizeof(bool) * n);
+	foreach(lc, queues)
+	{
+		keys[i].queue = (char *) lfirst(lc);
+		keys[i].hash = chain_hash('c', tenant, keys[i].queue, NULL);
+		i++;
+	}
+	qsort(keys, n, sizeof(ChainKey), chain_key_cmp);
+	for (i = 0; i < n; i++)
+		locked[i] = chain_lock(keys[i].hash, false);
+
 	values[0] = CStringGetTextDatum(tenant);
 	values[1] = silo_holds_datum(queues);
 	values[2] = task_id;
@@ -750,8 +821,81 @@ silo_limits_release(const char *tenant, List *queues, Datum task_id, TimestampTz
 			  "DELETE FROM silo.concurrency_holder"
 			  " WHERE tenant = $1 AND queue = ANY($2) AND task_id = $3",
 			  3, types, values, NULL, false, 0);
-	foreach(lc, queues)
-		silo_grant_key(tenant, (char *) lfirst(lc), now);
+	for (i = 0; i < n; i++)
+	{
+		if (locked[i])
+			silo_grant_key(tenant, keys[i].queue, now);
+		else
+			chain_mark_regrant(tenant, keys[i].queue, now);
+	}
+}
+
+/* A key with regrant markers, as the broker lists them. */
+typedef struct ChainRegrant
+{
+	char	   *tenant;
+	char	   *queue;
+} ChainRegrant;
+
+/*
+ * chain_regrant_item: the broker's handling of one marked key: take its
+ * lock (without waiting: a busy key is retried), drop its markers and
+ * grant its waiters.
+ */
+static bool
+chain_regrant_item(int i, void *arg, TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[2] = {TEXTOID, TEXTOID};
+	ChainRegrant *k = &((ChainRegrant *) arg)[i];
+	Datum		values[2];
+
+	silo_limits_lock_key(k->tenant, k->queue);
+	values[0] = CStringGetTextDatum(k->tenant);
+	values[1] = CStringGetTextDatum(k->queue);
+	silo_exec(&plan, "DELETE FROM silo.concurrency_regrant WHERE tenant = $1 AND queue = $2",
+			  2, types, values, NULL, false, 0);
+	silo_grant_key(k->tenant, k->queue, now);
+	return true;
+}
+
+static char *
+chain_regrant_describe(int i, void *arg)
+{
+	ChainRegrant *k = &((ChainRegrant *) arg)[i];
+
+	return psprintf("grant the waiters of key \"%s\" of tenant \"%s\"", k->queue, k->tenant);
+}
+
+/*
+ * silo_run_regrants: the broker's pass over keys with regrant markers, at
+ * most limit keys after skipping *offset busy ones.  Returns the number
+ * of keys granted.
+ */
+int64
+silo_run_regrants(TimestampTz now, int limit, int64 *offset, bool *more)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[2] = {INT4OID, INT8OID};
+	Datum		values[2];
+	ChainRegrant *keys;
+	uint64		i;
+
+	values[0] = Int32GetDatum(limit);
+	values[1] = Int64GetDatum(*offset);
+	silo_exec(&plan,
+			  "SELECT tenant, queue FROM silo.concurrency_regrant GROUP BY tenant, queue"
+			  " ORDER BY min(marked_at) OFFSET $2 LIMIT $1",
+			  2, types, values, NULL, false, 0);
+	*more = SPI_processed == (uint64) limit;
+	keys = palloc(sizeof(ChainRegrant) * (SPI_processed + 1));
+	for (i = 0; i < SPI_processed; i++)
+	{
+		keys[i].tenant = silo_col_text(i, 1);
+		keys[i].queue = silo_col_text(i, 2);
+	}
+	return silo_run_isolated((int) i, chain_regrant_item, chain_regrant_describe, keys, now,
+							 offset);
 }
 
 /*

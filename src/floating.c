@@ -21,7 +21,8 @@
  * The broker schedules a refresh only for a key in use (holders or
  * requesters); a key found idle goes dormant (check_at NULL) and the next
  * job that walks it re-arms it, so idle keys cost the broker nothing.
- * Every change happens under the key's lock (chain.c).
+ * Every change happens under the key's lock (chain.c), except a lease of
+ * the refresh, which only flips refresh_ready under the row's lock.
  *
  *-------------------------------------------------------------------------
  */
@@ -270,13 +271,19 @@ silo_reset_floating_limit(PG_FUNCTION_ARGS)
 	values[0] = CStringGetTextDatum(tenant);
 	values[1] = CStringGetTextDatum(key);
 	silo_exec(&plan,
-			  "WITH f AS (DELETE FROM silo.floating_limit WHERE tenant = $1 AND queue = $2"
-			  "   RETURNING refresh_task_id),"
-			  " l AS (DELETE FROM silo.task_lease WHERE task_id = (SELECT refresh_task_id FROM f)"
-			  "   AND kind = 'refresh')"
-			  "SELECT count(*) FROM f",
+			  "DELETE FROM silo.floating_limit WHERE tenant = $1 AND queue = $2"
+			  " RETURNING refresh_task_id",
 			  2, types, values, NULL, false, 0);
-	found = silo_col_int64(0, 1) > 0;
+	found = SPI_processed > 0;
+	if (found)
+	{
+		bool		isnull;
+		Datum		task = silo_col(0, 1, &isnull);
+
+		/* A worker reporting this refresh right now makes this 55P03: retry. */
+		if (!isnull)
+			silo_delete_lease(datumCopy(task, false, UUID_LEN));
+	}
 	/* Waiting jobs re-create the state with their own default. */
 	silo_grant_key(tenant, key, silo_now_ts());
 	silo_spi_finish();
@@ -346,8 +353,9 @@ floating_check_key(FloatingKey *k, TimestampTz now)
 		else
 		{
 			ereport(LOG,
-					(errmsg("silo: refresh %s of floating limit \"%s\" (tenant \"%s\") was not answered in time; scheduling a new one",
-							silo_uuid_to_cstring(old_task), k->queue, k->tenant)));
+					(errmsg("silo: refresh %s of floating limit \"%s\" (tenant \"%s\") was not answered in time; %s",
+							silo_uuid_to_cstring(old_task), k->queue, k->tenant,
+							in_use ? "scheduling a new one" : "the key is idle now")));
 			silo_delete_lease(old_task);
 			values[3] = in_use ? silo_new_uuid() : (Datum) 0;
 			values[4] = TimestampTzGetDatum(now + (interval_ms + FLOATING_LOST_GRACE_MS) * 1000);

@@ -18,6 +18,7 @@
 
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
+#include "utils/float.h"
 #include "utils/json.h"
 
 /* The largest millisecond or count value accepted (about 31 years in ms). */
@@ -50,19 +51,19 @@ limits_error(int index, const char *msg, const char *detail)
 }
 
 /*
- * limits_integer: a JSON integer in [min, LIMITS_MAX_VALUE].
+ * limits_integer: a JSON integer in [min, max].
  */
 static int64
-limits_integer(int index, const char *field, JsonbValue *v, double min)
+limits_integer(int index, const char *field, JsonbValue *v, double min, double max)
 {
 	char		what[96];
 	double		d;
 
 	snprintf(what, sizeof(what), "limits[%d].%s", index, field);
 	d = silo_json_number(what, v);
-	if (d != floor(d) || !(d >= min && d <= LIMITS_MAX_VALUE))
+	if (d != floor(d) || !(d >= min && d <= max))
 		limits_error(index, psprintf("%s must be an integer between %.0f and %.0f",
-									 field, min, LIMITS_MAX_VALUE), NULL);
+									 field, min, max), NULL);
 	return (int64) d;
 }
 
@@ -123,9 +124,9 @@ limits_retry_policy(int index, JsonbValue *obj, SiloLimit *l)
 		if (tok != WJB_VALUE)
 			continue;
 		if (strcmp(key, "initialBackoffMs") == 0)
-			l->rl_initial_ms = limits_integer(index, "retryPolicy.initialBackoffMs", &v, 1);
+			l->rl_initial_ms = limits_integer(index, "retryPolicy.initialBackoffMs", &v, 1, LIMITS_MAX_VALUE);
 		else if (strcmp(key, "maxBackoffMs") == 0)
-			l->rl_max_ms = limits_integer(index, "retryPolicy.maxBackoffMs", &v, 1);
+			l->rl_max_ms = limits_integer(index, "retryPolicy.maxBackoffMs", &v, 1, LIMITS_MAX_VALUE);
 		else if (strcmp(key, "backoffMultiplier") == 0)
 		{
 			double		d = silo_json_number(psprintf("limits[%d].retryPolicy.backoffMultiplier",
@@ -136,8 +137,7 @@ limits_retry_policy(int index, JsonbValue *obj, SiloLimit *l)
 			l->rl_multiplier = d;
 		}
 		else if (strcmp(key, "maxRetries") == 0)
-			l->rl_max_retries = (int32) Min(limits_integer(index, "retryPolicy.maxRetries", &v, 0),
-											1000000);
+			l->rl_max_retries = (int32) limits_integer(index, "retryPolicy.maxRetries", &v, 0, 1000000);
 		else
 			limits_error(index, psprintf("retryPolicy has an unknown key \"%s\"", key),
 						 "Known keys: initialBackoffMs, maxBackoffMs, backoffMultiplier, maxRetries.");
@@ -176,12 +176,12 @@ limits_field(int index, const char *key, JsonbValue *v, SiloLimit *l, LimitsSeen
 	}
 	else if (strcmp(key, "maxConcurrency") == 0 || strcmp(key, "defaultMaxConcurrency") == 0)
 	{
-		l->max = (int32) Min(limits_integer(index, key, v, 1), PG_INT32_MAX);
+		l->max = (int32) limits_integer(index, key, v, 1, PG_INT32_MAX);
 		seen->max = true;
 	}
 	else if (strcmp(key, "refreshIntervalMs") == 0)
 	{
-		l->refresh_interval_ms = limits_integer(index, key, v, 1);
+		l->refresh_interval_ms = limits_integer(index, key, v, 1, LIMITS_MAX_VALUE);
 		seen->interval = true;
 	}
 	else if (strcmp(key, "metadata") == 0)
@@ -198,16 +198,16 @@ limits_field(int index, const char *key, JsonbValue *v, SiloLimit *l, LimitsSeen
 	}
 	else if (strcmp(key, "limit") == 0)
 	{
-		l->limit = limits_integer(index, key, v, 1);
+		l->limit = limits_integer(index, key, v, 1, LIMITS_MAX_VALUE);
 		seen->limit = true;
 	}
 	else if (strcmp(key, "durationMs") == 0)
 	{
-		l->duration_ms = limits_integer(index, key, v, 1);
+		l->duration_ms = limits_integer(index, key, v, 1, LIMITS_MAX_VALUE);
 		seen->duration = true;
 	}
 	else if (strcmp(key, "hits") == 0)
-		l->hits = limits_integer(index, key, v, 1);
+		l->hits = limits_integer(index, key, v, 1, LIMITS_MAX_VALUE);
 	else if (strcmp(key, "algorithm") == 0)
 	{
 		if (v->type == jbvString && v->val.string.len == 11 &&
@@ -220,7 +220,7 @@ limits_field(int index, const char *key, JsonbValue *v, SiloLimit *l, LimitsSeen
 			limits_error(index, "algorithm must be \"tokenBucket\" or \"leakyBucket\"", NULL);
 	}
 	else if (strcmp(key, "behavior") == 0)
-		l->behavior = (int32) Min(limits_integer(index, key, v, 0), PG_INT32_MAX);
+		l->behavior = (int32) limits_integer(index, key, v, 0, PG_INT32_MAX);
 	else if (strcmp(key, "retryPolicy") == 0)
 		limits_retry_policy(index, v, l);
 	else
@@ -293,11 +293,11 @@ limits_append_normalized(StringInfo buf, SiloLimit *l)
 			appendStringInfo(buf, ", \"limit\": %lld, \"durationMs\": %lld, \"hits\": %lld,"
 							 " \"algorithm\": \"%s\", \"behavior\": %d, \"retryPolicy\":"
 							 " {\"initialBackoffMs\": %lld, \"maxBackoffMs\": %lld,"
-							 " \"backoffMultiplier\": %g, \"maxRetries\": %d}}",
+							 " \"backoffMultiplier\": %s, \"maxRetries\": %d}}",
 							 (long long) l->limit, (long long) l->duration_ms, (long long) l->hits,
 							 l->leaky ? "leakyBucket" : "tokenBucket", l->behavior,
 							 (long long) l->rl_initial_ms, (long long) l->rl_max_ms,
-							 l->rl_multiplier, l->rl_max_retries);
+							 float8out_internal(l->rl_multiplier), l->rl_max_retries);
 			break;
 	}
 }

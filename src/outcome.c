@@ -108,7 +108,11 @@ outcome_take_lease(Datum task_id, const char *worker_id, TimestampTz now, SiloLe
 
 /*
  * silo_delete_lease: drop a lease row outright (a refresh the broker
- * treats as lost); its worker's report then finds no lease.
+ * treats as lost, or one reset_floating_limit forgets); its worker's
+ * report then finds no lease.  The caller holds the key lock, and a
+ * report in flight holds the lease row while it waits for that key: so
+ * this never waits for the row (55P03 instead), or the two would
+ * deadlock.
  */
 void
 silo_delete_lease(Datum task_id)
@@ -118,7 +122,9 @@ silo_delete_lease(Datum task_id)
 	Datum		values[1];
 
 	values[0] = task_id;
-	silo_exec(&plan, "DELETE FROM silo.task_lease WHERE task_id = $1",
+	silo_exec(&plan,
+			  "DELETE FROM silo.task_lease WHERE ctid = ANY(ARRAY("
+			  " SELECT ctid FROM silo.task_lease WHERE task_id = $1 FOR UPDATE NOWAIT))",
 			  1, types, values, NULL, false, 0);
 }
 

@@ -60,6 +60,9 @@ extern int	silo_clock_offset_ms;
 /* locktag_field4 of silo's key locks (user advisory locks use 1 and 2). */
 #define SILO_LOCKTAG_CLASS		0x5110
 
+/* The extension version this library implements (silo.control). */
+#define SILO_EXTENSION_VERSION	"1.1"
+
 /* The pg_cron job that runs the retention purge. */
 #define SILO_PURGE_JOB_NAME		"silo-purge-terminal-jobs"
 
@@ -187,6 +190,7 @@ extern void silo_chain_resume(SiloChainJob *job, int at, SiloChainMode mode, Tim
 extern void silo_grant_key(const char *tenant, const char *queue, TimestampTz now);
 extern void silo_limits_release(const char *tenant, List *queues, Datum task_id, TimestampTz now);
 extern bool silo_chain_cancel(SiloChainJob *job, TimestampTz now);
+extern int64 silo_run_regrants(TimestampTz now, int limit, int64 *offset, bool *more);
 
 /* ratelimit.c */
 extern bool silo_rate_limit_admit(const char *tenant, SiloLimit *l, TimestampTz now,

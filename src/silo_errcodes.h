@@ -4,8 +4,7 @@
  *	  The SQLSTATEs silo raises for job-state errors: class "SL".
  *
  * Argument errors use PostgreSQL's own codes (22004 null value not
- * allowed, 22023 invalid parameter value, 23505 unique violation, 0A000
- * feature not supported).  Every code is listed in docs/sqlstates.md;
+ * allowed, 22023 invalid parameter value, 23505 unique violation).  Every code is listed in docs/sqlstates.md;
  * clients match on the code, and on the texts "lease not found" and
  * "lease owner mismatch", which are kept verbatim from Silo.
  *

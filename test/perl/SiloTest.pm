@@ -13,6 +13,8 @@
 #   stop_process(P, TIMEOUT)  background processes, always stopped by pid;
 #                              an END block kills any a test left running
 #   pid_alive(PID)
+#   set_clock_offset(NODE, MS) move silo's clock server-wide (ALTER SYSTEM
+#                              silo.clock_offset_ms + reload)
 #
 # Tests wait for conditions with deadlines, never with fixed sleeps.  The
 # SQL helpers installed by silo_node (schema silotest) do the waiting inside
@@ -52,6 +54,7 @@ our @EXPORT = qw(
   silo_node install_test_helpers poll_until poll_value wait_for_broker
   log_position wait_for_log_until start_process wait_process_exit
   stop_process pid_alive silo_worker_path wait_for_output
+  set_clock_offset
 );
 
 my @processes;    # every process start_process started
@@ -439,6 +442,31 @@ sub silo_worker_path
 		return $w if defined $w && -f $w && -x $w;
 	}
 	return undef;
+}
+
+=pod
+
+=item set_clock_offset(NODE, MS, %opt)
+
+Move silo's clock for the whole server: ALTER SYSTEM SET
+silo.clock_offset_ms = MS and pg_reload_conf(), then wait (at most
+$opt{timeout} s, default 30) until a new session sees the value.  By then
+the postmaster has signalled every process; the broker applies the new
+offset at the start of its next round (within about a second), so tests
+still wait for its effects with deadlines.  Returns 1 on success.
+
+=cut
+
+sub set_clock_offset
+{
+	my ($node, $ms, %opt) = @_;
+	my $db = $opt{db} // 'postgres';
+
+	$node->safe_psql($db,
+		"ALTER SYSTEM SET silo.clock_offset_ms = $ms; SELECT pg_reload_conf();");
+	return poll_until(
+		$node, q{SELECT setting FROM pg_settings WHERE name = 'silo.clock_offset_ms'},
+		"$ms", $opt{timeout} // 30, db => $db);
 }
 
 END

@@ -1,15 +1,18 @@
 /*-------------------------------------------------------------------------
  *
  * exec.c
- *	  Child processes of --exec: starting them, feeding their stdin,
- *	  collecting their output, and reporting how they ended.
+ *	  Child processes of --exec and --refresh-exec: starting them, feeding
+ *	  their stdin, collecting their output, and reporting how they ended.
  *
  * Each task runs "/bin/sh -c CMD" in its own process group, with the
  * payload on stdin and the task described in SILO_* environment variables.
  * Our ends of its pipes are non-blocking and serviced by the event loop;
  * children are reaped there too, after SIGCHLD wakes it.  The outcome is
  * reported with silo.complete(), silo.fail(), silo.ack_cancel() or
- * silo.release(), or not at all when the lease was lost.
+ * silo.release(), or not at all when the lease was lost.  Refresh tasks of
+ * floating limits run --refresh-exec the same way (with the key's metadata
+ * on stdin); refresh.c turns their outcome into silo.report_refresh() or
+ * silo.fail_refresh().
  *
  * tools/worker/exec.c
  *
@@ -74,16 +77,35 @@ exec_child(const Job *job, const int *in, const int *out, const int *err)
 		_exit(127);
 	/* the original pipe fds are O_CLOEXEC and vanish at exec */
 	setenv("SILO_TASK_ID", job->task_id, 1);
-	setenv("SILO_JOB_ID", job->job_id ? job->job_id : "", 1);
 	setenv("SILO_TENANT", job->tenant ? job->tenant : "", 1);
-	setenv("SILO_ATTEMPT", job->attempt ? job->attempt : "", 1);
-	setenv("SILO_RELATIVE_ATTEMPT",
-		   job->relative_attempt ? job->relative_attempt : "", 1);
-	setenv("SILO_IS_LAST_ATTEMPT", job->is_last_attempt ? "true" : "false", 1);
 	setenv("SILO_TASK_GROUP", job->task_group ? job->task_group : "", 1);
 	setenv("SILO_TASK_KIND", job->kind ? job->kind : "", 1);
 	setenv("SILO_WORKER_ID", opt.worker_id, 1);
-	execl("/bin/sh", "sh", "-c", opt.exec_cmd, (char *) NULL);
+	if (job->is_refresh)
+	{
+		/* only what describes a refresh; nothing inherited may pose as a job */
+		setenv("SILO_QUEUE_KEY", job->queue_key ? job->queue_key : "", 1);
+		setenv("SILO_CURRENT_MAX", job->current_max ? job->current_max : "", 1);
+		setenv("SILO_REFRESH_METADATA",
+			   job->refresh_metadata ? job->refresh_metadata : "{}", 1);
+		unsetenv("SILO_JOB_ID");
+		unsetenv("SILO_ATTEMPT");
+		unsetenv("SILO_RELATIVE_ATTEMPT");
+		unsetenv("SILO_IS_LAST_ATTEMPT");
+	}
+	else
+	{
+		setenv("SILO_JOB_ID", job->job_id ? job->job_id : "", 1);
+		setenv("SILO_ATTEMPT", job->attempt ? job->attempt : "", 1);
+		setenv("SILO_RELATIVE_ATTEMPT",
+			   job->relative_attempt ? job->relative_attempt : "", 1);
+		setenv("SILO_IS_LAST_ATTEMPT", job->is_last_attempt ? "true" : "false", 1);
+		unsetenv("SILO_QUEUE_KEY");
+		unsetenv("SILO_CURRENT_MAX");
+		unsetenv("SILO_REFRESH_METADATA");
+	}
+	execl("/bin/sh", "sh", "-c",
+		  job->is_refresh ? opt.refresh_exec_cmd : opt.exec_cmd, (char *) NULL);
 	fprintf(stderr, "silo-worker: could not run /bin/sh: %s\n", strerror(errno));
 	_exit(127);
 }
@@ -108,6 +130,9 @@ exec_free_job(Job *job)
 	free(job->task_group);
 	free(job->attempt);
 	free(job->relative_attempt);
+	free(job->queue_key);
+	free(job->current_max);
+	free(job->refresh_metadata);
 	free(job->input);
 	sb_free(&job->out);
 	free(job);
@@ -203,9 +228,10 @@ exec_read(Job *job, bool is_stderr)
 
 /*
  * exec_spawn_job
- *		Start the --exec command for one leased row and put it in a free
- *		slot.  If the child cannot be started the task is released, since
- *		that is our problem rather than the job's.
+ *		Start the --exec command for one leased row (--refresh-exec for a
+ *		refresh task) and put it in a free slot.  If the child cannot be
+ *		started a job's task is released, since that is our problem rather
+ *		than the job's; a refresh cannot be released, so it is failed.
  */
 void
 exec_spawn_job(PGresult *res, int row, int64_t now)
@@ -230,13 +256,23 @@ exec_spawn_job(PGresult *res, int row, int64_t now)
 	job->relative_attempt = xstrdup(COLUMN(COL_REL_ATTEMPT));
 	job->is_last_attempt = strcmp(PQgetvalue(res, row, COL_IS_LAST), "t") == 0;
 	job->task_group = xstrdup(COLUMN(COL_TASK_GROUP));
+	job->is_refresh = ROW_IS_REFRESH(res, row);
+	if (job->is_refresh)
+	{
+		job->queue_key = xstrdup(COLUMN(COL_QUEUE_KEY));
+		job->current_max = xstrdup(COLUMN(COL_CURRENT_MAX));
+		job->refresh_metadata = xstrdup(COLUMN(COL_REFRESH_METADATA));
+		job->timeout_at = now + opt.refresh_timeout_ms;
+	}
 #undef COLUMN
 	job->in_fd = job->out_fd = job->err_fd = -1;
-	if (!PQgetisnull(res, row, COL_PAYLOAD))
+	if (job->is_refresh ? job->refresh_metadata != NULL :
+		!PQgetisnull(res, row, COL_PAYLOAD))
 	{
 		StrBuf		input = {0};
 
-		sb_puts(&input, PQgetvalue(res, row, COL_PAYLOAD));
+		sb_puts(&input, job->is_refresh ? job->refresh_metadata :
+				PQgetvalue(res, row, COL_PAYLOAD));
 		sb_puts(&input, "\n");
 		job->input = input.data;
 		job->input_len = input.len;
@@ -245,8 +281,11 @@ exec_spawn_job(PGresult *res, int row, int64_t now)
 	if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 ||
 		pipe2(err, O_CLOEXEC) != 0 || (job->pid = fork()) < 0)
 	{
-		log_msg(LOG_WARNING, "could not start job %s: %s; releasing it",
-				job->task_id, strerror(errno));
+		int			save_errno = errno;
+
+		log_msg(LOG_WARNING, "could not start %s %s: %s; %s it",
+				job->is_refresh ? "refresh" : "job", job->task_id,
+				strerror(save_errno), job->is_refresh ? "failing" : "releasing");
 		for (i = 0; i < 2; i++)
 		{
 			if (in[i] >= 0)
@@ -256,8 +295,10 @@ exec_spawn_job(PGresult *res, int row, int64_t now)
 			if (err[i] >= 0)
 				close(err[i]);
 		}
-		if (db_task_call("release", SQL_RELEASE, 2, job->task_id,
-						 NULL, NULL) == QS_OK)
+		if (job->is_refresh)
+			refresh_spawn_failed(job, strerror(save_errno));
+		else if (db_task_call("release", SQL_RELEASE, 2, job->task_id,
+							  NULL, NULL) == QS_OK)
 			stats.released++;
 		else
 			stats.lost++;
@@ -288,8 +329,13 @@ exec_spawn_job(PGresult *res, int row, int64_t now)
 			njobs++;
 			break;
 		}
-	log_msg(LOG_VERBOSE, "started job %s (task %s) as pid %d",
-			job->job_id ? job->job_id : "?", job->task_id, (int) job->pid);
+	if (job->is_refresh)
+		log_msg(LOG_VERBOSE, "started refresh of key %s (task %s) as pid %d",
+				job->queue_key ? job->queue_key : "?", job->task_id,
+				(int) job->pid);
+	else
+		log_msg(LOG_VERBOSE, "started job %s (task %s) as pid %d",
+				job->job_id ? job->job_id : "?", job->task_id, (int) job->pid);
 	exec_write_stdin(job);
 }
 
@@ -388,7 +434,8 @@ exec_report_failure(Job *job, int status)
  *		Collect the last output of a reaped child and report its outcome.
  *		Precedence: lost lease (say nothing), cancellation (ack it), killed
  *		at shutdown (release), then the exit status.  A report that does not
- *		land counts as lost: the server will sweep the lease.
+ *		land counts as lost: the server will sweep the lease.  Refresh tasks
+ *		are answered by refresh_finish().
  */
 static void
 exec_finish_job(Job *job, int status)
@@ -406,7 +453,9 @@ exec_finish_job(Job *job, int status)
 		stats.lost++;
 		return;
 	}
-	if (job->cancelled)
+	if (job->is_refresh)
+		qs = refresh_finish(job, status, &counter);
+	else if (job->cancelled)
 	{
 		qs = db_task_call("ack_cancel", SQL_ACK_CANCEL, 2, job->task_id,
 						  NULL, NULL);

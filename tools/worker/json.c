@@ -2,12 +2,14 @@
  *
  * json.c
  *	  JSON helpers of the reference worker: a string escaper and a syntax
- *	  checker.
+ *	  checker, plus the UTF-8 cleaning of plain text parameters.
  *
  * A command's stdout becomes the job result as-is when it is JSON that
  * jsonb will accept, and is wrapped as a JSON string otherwise; stderr is
  * always wrapped.  Both must be valid UTF-8 without NUL bytes by the time
- * they reach the server, which is what these helpers guarantee.
+ * they reach the server, which is what these helpers guarantee.  The error
+ * text of a failed refresh is a plain text parameter with a length limit in
+ * characters: utf8_append_clean() and friends prepare it.
  *
  * Building with -DSILO_WORKER_SELFTEST replaces the worker's main() by the
  * self-test at the end of this file; in this directory:
@@ -123,6 +125,65 @@ json_append_string(StrBuf *sb, const char *text, size_t len)
 		i++;
 	}
 	sb_append(sb, "\"", 1);
+}
+
+/*
+ * utf8_append_clean
+ *		Append text as valid UTF-8 for a text parameter: invalid sequences
+ *		and NUL bytes become U+FFFD, everything else is copied as it is.
+ */
+void
+utf8_append_clean(StrBuf *sb, const char *text, size_t len)
+{
+	const unsigned char *s = (const unsigned char *) text;
+	size_t		i = 0;
+
+	while (i < len)
+	{
+		size_t		n = s[i] == '\0' ? 0 : json_utf8_len(s + i, len - i);
+
+		if (n == 0)
+		{
+			sb_puts(sb, "\xef\xbf\xbd");	/* U+FFFD */
+			n = 1;
+		}
+		else
+			sb_append(sb, text + i, n);
+		i += n;
+	}
+}
+
+/*
+ * utf8_chars
+ *		Number of characters in a valid UTF-8 string.
+ */
+size_t
+utf8_chars(const char *s)
+{
+	size_t		n = 0;
+
+	for (; *s; s++)
+		if (((unsigned char) *s & 0xC0) != 0x80)
+			n++;
+	return n;
+}
+
+/*
+ * utf8_skip_chars
+ *		Pointer just past the first n characters of a valid UTF-8 string (or
+ *		to its end if it is shorter).
+ */
+const char *
+utf8_skip_chars(const char *s, size_t n)
+{
+	while (*s && n > 0)
+	{
+		s++;
+		while (((unsigned char) *s & 0xC0) == 0x80)
+			s++;
+		n--;
+	}
+	return s;
 }
 
 /* Cursor of the JSON syntax checker. */
@@ -412,6 +473,17 @@ main(void)
 		printf("FAIL: escape gave %s\n", sb.data);
 		bad++;
 	}
+	sb_free(&sb);
+	utf8_append_clean(&sb, "a\xff\0\xc3\xa9\xe2\x82", 7);
+	if (strcmp(sb.data, "a\xef\xbf\xbd\xef\xbf\xbd\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd") != 0 ||
+		utf8_chars(sb.data) != 6 ||
+		strcmp(utf8_skip_chars(sb.data, 4), "\xef\xbf\xbd\xef\xbf\xbd") != 0 ||
+		*utf8_skip_chars(sb.data, 7) != '\0')
+	{
+		printf("FAIL: utf8 cleaning gave %s\n", sb.data);
+		bad++;
+	}
+	sb_free(&sb);
 	printf("%s\n", bad ? "self-test FAILED" : "self-test ok");
 	return bad ? 1 : 0;
 }

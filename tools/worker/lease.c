@@ -6,8 +6,10 @@
  *
  * lease_tasks() asks silo.lease() for as many tasks as there is room for
  * and either completes them at once (no-op mode) or starts a child per task
- * (--exec, see exec.c).  lease_heartbeat_jobs() extends the leases of the
- * running children every third of the lease and notices cancellations.
+ * (--exec, see exec.c).  Refresh tasks of floating limits, which come first
+ * in a lease, go to refresh.c.  lease_heartbeat_jobs() extends the leases of
+ * the running children (refresh commands included) every third of the lease
+ * and notices cancellations.
  *
  * tools/worker/lease.c
  *
@@ -27,15 +29,16 @@ static bool ever_leased;		/* a lease has worked since startup */
 
 /*
  * lease_complete_noop_batch
- *		Complete every leased task of a no-op batch in one round trip.  If
- *		that fails (typically one lease was lost and the whole statement
- *		rolled back), complete them one at a time instead.
+ *		Complete the first n leased tasks of a no-op batch, refresh tasks
+ *		left out, in one round trip.  If that fails (typically one lease was
+ *		lost and the whole statement rolled back), complete them one at a
+ *		time instead.
  */
 static void
-lease_complete_noop_batch(PGresult *res)
+lease_complete_noop_batch(PGresult *res, int n)
 {
-	int			n = PQntuples(res),
-				i;
+	int			i,
+				njob = 0;
 	StrBuf		ids = {0};
 	const char *params[2];
 	QueryStatus qs;
@@ -43,22 +46,31 @@ lease_complete_noop_batch(PGresult *res)
 	sb_puts(&ids, "{");
 	for (i = 0; i < n; i++)
 	{
-		if (i > 0)
+		if (ROW_IS_REFRESH(res, i))
+			continue;
+		if (njob++ > 0)
 			sb_puts(&ids, ",");
 		sb_puts(&ids, PQgetvalue(res, i, COL_TASK_ID));
 	}
 	sb_puts(&ids, "}");
+	if (njob == 0)
+	{
+		sb_free(&ids);
+		return;
+	}
 	params[0] = opt.worker_id;
 	params[1] = ids.data;
 	qs = db_query("complete batch", SQL_COMPLETE_MANY, 2, params, NULL);
 	sb_free(&ids);
 	if (qs == QS_OK)
 	{
-		stats.succeeded += n;
+		stats.succeeded += njob;
 		return;
 	}
 	for (i = 0; i < n; i++)
 	{
+		if (ROW_IS_REFRESH(res, i))
+			continue;
 		if (db_task_call("complete", SQL_COMPLETE, 3,
 						 PQgetvalue(res, i, COL_TASK_ID), NULL, NULL) == QS_OK)
 			stats.succeeded++;
@@ -124,11 +136,15 @@ lease_tasks(int64_t now)
 		next_poll_at = now + opt.poll_ms;
 	if (n > 0)
 		log_msg(LOG_VERBOSE, "leased %d task(s)", n);
-	if (n > 0 && opt.exec_cmd == NULL)
-		lease_complete_noop_batch(res);
-	else
-		for (i = 0; i < n && conn != NULL; i++)
+	for (i = 0; i < n && conn != NULL; i++)
+	{
+		if (ROW_IS_REFRESH(res, i))
+			refresh_handle_row(res, i, now);
+		else if (opt.exec_cmd != NULL)
 			exec_spawn_job(res, i, now);
+	}
+	if (n > 0 && opt.exec_cmd == NULL)
+		lease_complete_noop_batch(res, n);
 	PQclear(res);
 	return n;
 }

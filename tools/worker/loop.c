@@ -6,11 +6,12 @@
  * Everything happens in one thread.  loop_run() sleeps in poll() on the
  * libpq socket (for notifications), a self-pipe written by the signal
  * handlers, and the pipes of the children, until the next deadline: a
- * heartbeat, a fallback lease, the end of the grace period, a progress
- * line, the idle timeout or a reconnect.
+ * heartbeat, a fallback lease, the end of the grace period, a refresh
+ * command's timeout, a progress line, the idle timeout or a reconnect.
  *
- * On SIGTERM or SIGINT the loop stops leasing, lets running jobs finish for
- * up to --grace-ms, then kills what is left; exec.c releases those tasks.
+ * On SIGTERM or SIGINT the loop stops leasing, lets running jobs (and
+ * refresh commands) finish for up to --grace-ms, then kills what is left;
+ * exec.c releases those tasks, or fails the refresh tasks among them.
  * A second signal ends the wait at once.
  *
  * tools/worker/loop.c
@@ -242,13 +243,13 @@ loop_run(int64_t start)
 		int64_t		now,
 					wake;
 		int			i;
-		long		done_before = FINISHED() + stats.lost;
+		long		done_before = FINISHED() + REFRESHES() + stats.lost;
 
 		while (read(wake_pipe[0], drain, sizeof(drain)) > 0)
 			;
 		exec_reap_children();
 		now = now_ms();
-		if (FINISHED() + stats.lost != done_before)
+		if (FINISHED() + REFRESHES() + stats.lost != done_before)
 			last_busy = now;
 
 		/* shutdown: stop leasing, wait out the grace period, then kill */
@@ -297,6 +298,20 @@ loop_run(int64_t start)
 				exec_signal_job(jobs[i], SIGKILL);
 				jobs[i]->kill_at = 0;
 			}
+		for (i = 0; i < opt.concurrency; i++)
+			if (jobs[i] && jobs[i]->timeout_at > 0 && now >= jobs[i]->timeout_at)
+			{
+				if (!jobs[i]->lost)
+				{
+					log_msg(LOG_WARNING, "refresh command for key %s (task %s) "
+							"timed out after %d ms; killing it",
+							jobs[i]->queue_key ? jobs[i]->queue_key : "?",
+							jobs[i]->task_id, opt.refresh_timeout_ms);
+					jobs[i]->timed_out = true;
+					exec_signal_job(jobs[i], SIGKILL);
+				}
+				jobs[i]->timeout_at = 0;
+			}
 
 		if (loop_may_lease(stopping) &&
 			(lease_wanted || notified || now >= next_poll_at))
@@ -321,6 +336,8 @@ loop_run(int64_t start)
 				wake = jobs[i]->next_heartbeat;
 			if (jobs[i] && jobs[i]->kill_at > 0 && jobs[i]->kill_at < wake)
 				wake = jobs[i]->kill_at;
+			if (jobs[i] && jobs[i]->timeout_at > 0 && jobs[i]->timeout_at < wake)
+				wake = jobs[i]->timeout_at;
 		}
 		if (stopping && !killed && grace_end < wake)
 			wake = grace_end;

@@ -5,7 +5,8 @@
  *	  the final summary.
  *
  * silo_worker.h describes how the worker behaves and which file does what;
- * opt_usage() below describes the command line and the --exec contract.
+ * opt_usage() below describes the command line and the contracts of --exec
+ * and --refresh-exec.
  *
  * tools/worker/main.c
  *
@@ -26,7 +27,7 @@
 
 WorkerOptions opt = {
 	.dsn = "", .concurrency = 8, .lease_ms = 10000, .poll_ms = 1000,
-	.grace_ms = 10000
+	.grace_ms = 10000, .refresh_timeout_ms = 30000
 };
 
 WorkerStats stats;
@@ -58,6 +59,11 @@ opt_usage(void)
 		   "      --grace-ms MS        time running jobs get on SIGTERM, and\n"
 		   "                           cancelled jobs get after SIGTERM (default 10000)\n"
 		   "  -e, --exec CMD           run \"/bin/sh -c CMD\" per job (default: no-op)\n"
+		   "      --refresh-exec CMD   run \"/bin/sh -c CMD\" per refresh task of a\n"
+		   "                           floating limit (default: keep the current max)\n"
+		   "      --refresh-timeout-ms MS\n"
+		   "                           kill a refresh command after MS ms and fail the\n"
+		   "                           refresh, 100..86400000 (default 30000)\n"
 		   "      --max-jobs N         exit after N jobs finished (0 = unlimited)\n"
 		   "      --exit-when-idle MS  exit after MS ms without work (0 = never)\n"
 		   "      --progress           print a progress line to stderr every second\n"
@@ -72,8 +78,21 @@ opt_usage(void)
 		   "string.  A non-zero exit fails it with error code EXIT_<code>, death by\n"
 		   "a signal with SIGNAL_<n>; the end of stderr goes into the error data.\n"
 		   "A cancelled job gets SIGTERM, then SIGKILL after --grace-ms.\n\n"
-		   "SIGTERM/SIGINT stop leasing and wait up to --grace-ms for running jobs;\n"
-		   "the rest are killed and released.  A second signal ends the wait.\n");
+		   "Refresh tasks of floating concurrency limits come from the same task\n"
+		   "group and take a slot like a job.  With --refresh-exec the key's\n"
+		   "metadata JSON is written to the command's stdin and SILO_TASK_ID,\n"
+		   "SILO_TENANT, SILO_QUEUE_KEY, SILO_CURRENT_MAX, SILO_REFRESH_METADATA\n"
+		   "(JSON), SILO_TASK_GROUP, SILO_TASK_KIND (refresh) and SILO_WORKER_ID\n"
+		   "are set.  Exit 0 with stdout an integer >= 1 (whitespace around it is\n"
+		   "ignored) makes that the key's max (silo.report_refresh); a non-zero\n"
+		   "exit, death by a signal, other output or a timeout keeps the old max\n"
+		   "and fails the refresh (silo.fail_refresh), which the server retries\n"
+		   "with backoff.  Without --refresh-exec a refresh is answered at once\n"
+		   "with the current max, unchanged.\n\n"
+		   "SIGTERM/SIGINT stop leasing and wait up to --grace-ms for running jobs\n"
+		   "and refresh commands; the rest are killed: jobs are released, refresh\n"
+		   "tasks failed with \"worker shutting down\".  A second signal ends the\n"
+		   "wait.\n");
 }
 
 /*
@@ -128,6 +147,8 @@ opt_parse_args(int argc, char **argv)
 		{"poll-ms", required_argument, NULL, 'P'},
 		{"grace-ms", required_argument, NULL, 'G'},
 		{"exec", required_argument, NULL, 'e'},
+		{"refresh-exec", required_argument, NULL, 'R'},
+		{"refresh-timeout-ms", required_argument, NULL, 'T'},
 		{"max-jobs", required_argument, NULL, 'M'},
 		{"exit-when-idle", required_argument, NULL, 'I'},
 		{"progress", no_argument, NULL, 'p'},
@@ -172,6 +193,13 @@ opt_parse_args(int argc, char **argv)
 				break;
 			case 'e':
 				opt.exec_cmd = optarg;
+				break;
+			case 'R':
+				opt.refresh_exec_cmd = optarg;
+				break;
+			case 'T':
+				opt.refresh_timeout_ms = (int) opt_parse_int("refresh-timeout-ms",
+															 optarg, 100, 86400000);
 				break;
 			case 'M':
 				opt.max_jobs = opt_parse_int("max-jobs", optarg, 0, LONG_MAX);
@@ -247,8 +275,9 @@ main(int argc, char **argv)
 		return 1;
 	start = now_ms();
 	log_msg(LOG_INFO, "worker %s leasing from task group \"%s\" "
-			"(concurrency %d, batch %d, %s)", opt.worker_id, opt.task_group,
-			opt.concurrency, opt.batch, opt.exec_cmd ? "exec" : "no-op");
+			"(concurrency %d, batch %d, %s%s)", opt.worker_id, opt.task_group,
+			opt.concurrency, opt.batch, opt.exec_cmd ? "exec" : "no-op",
+			opt.refresh_exec_cmd ? ", refresh-exec" : "");
 
 	loop_run(start);
 
@@ -260,6 +289,10 @@ main(int argc, char **argv)
 		   "%ld cancelled, %ld released) in %.2f s, %.1f jobs/s\n",
 		   FINISHED(), stats.succeeded, stats.failed, stats.cancelled,
 		   stats.released, secs, secs > 0 ? FINISHED() / secs : 0.0);
+	if (REFRESHES() > 0)
+		printf("silo-worker: answered %ld refresh task(s) (%ld reported, "
+			   "%ld failed)\n", REFRESHES(), stats.refreshed,
+			   stats.refresh_failed);
 	fflush(stdout);
 	if (conn != NULL)
 		PQfinish(conn);

@@ -16,6 +16,15 @@
  * "/bin/sh -c CMD" with the payload on stdin; opt_usage() in main.c
  * describes the contract.
  *
+ * silo.lease() also hands out refresh tasks of floating concurrency limits
+ * (kind 'refresh').  With --refresh-exec CMD each one runs "/bin/sh -c CMD"
+ * through the same child machinery, and the integer it prints becomes the
+ * key's new max (silo.report_refresh()); a failure, bad output or a run
+ * past --refresh-timeout-ms is reported with silo.fail_refresh(), and so is
+ * a refresh killed at shutdown (a refresh cannot be released).  Without
+ * --refresh-exec every refresh is answered at once with the key's current
+ * max, which keeps the limit where it is and the refresh cycle going.
+ *
  * Everything happens in one thread.  A poll() loop watches the libpq socket
  * (for notifications), a self-pipe written by the signal handlers, and the
  * stdin/stdout/stderr pipes of the children.  All queries are synchronous on
@@ -26,8 +35,9 @@
  *	  loop.c	signals, the poll() loop and shutdown
  *	  lease.c	leasing, the no-op handler, heartbeats
  *	  exec.c	child processes of --exec: pipes, outcomes, reaping
+ *	  refresh.c	refresh tasks of floating limits: answers and outcomes
  *	  db.c		the libpq connection, queries, reconnecting
- *	  json.c	JSON validator and string escaper (and their self-test)
+ *	  json.c	JSON validator, string escaper, UTF-8 cleaning (self-test)
  *	  util.c	clock, logging, string buffers
  *
  * Only libpq and POSIX are needed; "make" builds tools/silo-worker, or by
@@ -58,11 +68,13 @@
 #define STDOUT_CAP			(1024 * 1024)	/* stdout kept per job */
 #define STDERR_TAIL			4096	/* trailing stderr bytes kept per job */
 #define RECONNECT_DELAY_MS	1000
+#define REFRESH_ERROR_MAX	1024	/* characters silo.fail_refresh() takes */
 
 /* Every parameter is sent as text; the casts pick the function signature. */
 #define SQL_LEASE \
 	"SELECT task_id, kind, tenant, job_id, attempt, relative_attempt, " \
-	"is_last_attempt, task_group, payload " \
+	"is_last_attempt, task_group, payload, queue_key, " \
+	"current_max_concurrency, refresh_metadata " \
 	"FROM silo.lease($1::text, $2::text, $3::int, $4::int)"
 #define SQL_HEARTBEAT "SELECT silo.heartbeat($1::uuid, $2::text, $3::int)"
 #define SQL_HEARTBEAT_MANY \
@@ -74,13 +86,21 @@
 #define SQL_FAIL "SELECT silo.fail($1::uuid, $2::text, $3::text, $4::jsonb)"
 #define SQL_ACK_CANCEL "SELECT silo.ack_cancel($1::uuid, $2::text)"
 #define SQL_RELEASE "SELECT silo.release($1::uuid, $2::text)"
+#define SQL_REPORT_REFRESH \
+	"SELECT silo.report_refresh($1::uuid, $2::text, $3::int)"
+#define SQL_FAIL_REFRESH "SELECT silo.fail_refresh($1::uuid, $2::text, $3::text)"
 
 /* Column numbers in the result of SQL_LEASE. */
 enum
 {
 	COL_TASK_ID, COL_KIND, COL_TENANT, COL_JOB_ID, COL_ATTEMPT,
-	COL_REL_ATTEMPT, COL_IS_LAST, COL_TASK_GROUP, COL_PAYLOAD
+	COL_REL_ATTEMPT, COL_IS_LAST, COL_TASK_GROUP, COL_PAYLOAD,
+	COL_QUEUE_KEY, COL_CURRENT_MAX, COL_REFRESH_METADATA
 };
+
+/* Whether row of a SQL_LEASE result is a floating-limit refresh task. */
+#define ROW_IS_REFRESH(res, row) \
+	(strcmp(PQgetvalue((res), (row), COL_KIND), "refresh") == 0)
 
 typedef struct StrBuf
 {
@@ -102,10 +122,14 @@ typedef enum QueryStatus
 	QS_CONN_LOST				/* the connection is gone and was dropped */
 } QueryStatus;
 
-/* One task being run by a child process (--exec mode only). */
+/*
+ * One task being run by a child process: a job (--exec) or a refresh task
+ * (--refresh-exec).
+ */
 typedef struct Job
 {
 	char	   *task_id;
+	bool		is_refresh;		/* a floating-limit refresh, not a job */
 	char	   *job_id;
 	char	   *tenant;
 	char	   *kind;
@@ -113,7 +137,10 @@ typedef struct Job
 	char	   *attempt;
 	char	   *relative_attempt;
 	bool		is_last_attempt;
-	char	   *input;			/* payload plus newline, fed to stdin */
+	char	   *queue_key;		/* refresh tasks: the floating key, */
+	char	   *current_max;	/* its max now, */
+	char	   *refresh_metadata;	/* and its metadata (JSON) */
+	char	   *input;			/* payload (or metadata) plus newline */
 	size_t		input_len;
 	size_t		input_off;
 	pid_t		pid;
@@ -127,6 +154,8 @@ typedef struct Job
 	bool		err_truncated;
 	int64_t		next_heartbeat;
 	int64_t		kill_at;		/* SIGKILL a cancelled job then; 0 = never */
+	int64_t		timeout_at;		/* SIGKILL a refresh then; 0 = never */
+	bool		timed_out;		/* killed at timeout_at */
 	bool		cancelled;		/* a heartbeat reported a cancellation */
 	bool		lost;			/* lease lost: kill the child, report nothing */
 	bool		shutdown_kill;	/* killed when the grace period ran out */
@@ -145,6 +174,8 @@ typedef struct WorkerOptions
 	int			poll_ms;
 	int			grace_ms;
 	const char *exec_cmd;
+	const char *refresh_exec_cmd;
+	int			refresh_timeout_ms;
 	long		max_jobs;
 	int			exit_when_idle_ms;
 	bool		progress;
@@ -160,10 +191,14 @@ typedef struct WorkerStats
 	long		cancelled;
 	long		released;
 	long		lost;			/* leases lost or reports that did not land */
+	long		refreshed;		/* refresh tasks answered: report_refresh */
+	long		refresh_failed; /* ... and fail_refresh */
 } WorkerStats;
 
+/* Jobs finished; refresh tasks are not jobs (--max-jobs ignores them). */
 #define FINISHED() \
 	(stats.succeeded + stats.failed + stats.cancelled + stats.released)
+#define REFRESHES() (stats.refreshed + stats.refresh_failed)
 
 /* main.c */
 extern WorkerOptions opt;
@@ -190,6 +225,11 @@ extern void exec_read(Job *job, bool is_stderr);
 extern void exec_write_stdin(Job *job);
 extern void exec_reap_children(void);
 
+/* refresh.c */
+extern void refresh_handle_row(PGresult *res, int row, int64_t now);
+extern void refresh_spawn_failed(Job *job, const char *error);
+extern QueryStatus refresh_finish(Job *job, int status, long **counter);
+
 /* db.c */
 extern PGconn *conn;
 extern int64_t reconnect_at;
@@ -206,6 +246,9 @@ extern QueryStatus db_task_call(const char *what, const char *sql, int nparams,
 /* json.c */
 extern void json_append_string(StrBuf *sb, const char *text, size_t len);
 extern bool json_is_valid(const char *text, size_t len);
+extern void utf8_append_clean(StrBuf *sb, const char *text, size_t len);
+extern size_t utf8_chars(const char *s);
+extern const char *utf8_skip_chars(const char *s, size_t n);
 
 /* util.c */
 extern int64_t now_ms(void);
