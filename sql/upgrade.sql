@@ -3,7 +3,7 @@
 -- script silo--X--Y.sql and is checked here by creating the oldest
 -- version and updating to the default.
 
--- every version PostgreSQL can install, and the default one
+-- every version PostgreSQL can install, and the default one (1.1: limits)
 SELECT version, installed FROM pg_available_extension_versions
  WHERE name = 'silo' ORDER BY version;
 
@@ -21,8 +21,17 @@ SELECT c::regclass AS config_table
 DROP EXTENSION silo;
 DO $$ BEGIN EXECUTE (SELECT command FROM cron.job WHERE jobname = 'silo-purge-terminal-jobs'); END $$;
 CREATE EXTENSION silo VERSION '1.0';
+-- a job enqueued under 1.0 (enqueue of jobs without limits works before
+-- the update) runs to the end after it
+SELECT silo.enqueue('upgrade-old', id => 'old1');
 ALTER EXTENSION silo UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'silo';
+SELECT count(silo.complete(task_id, 'w')) AS completed FROM silo.lease('w', 'upgrade-old');
+SELECT status FROM silo.jobs WHERE id = 'old1';
+-- and 1.1 features work on the updated schema
+SELECT silo.enqueue('upgrade-new', id => 'new1',
+                    limits => '[{"type": "concurrency", "key": "u", "maxConcurrency": 1}]');
+SELECT holders, requesters FROM silo.queues WHERE queue = 'u';
 
 -- re-creating keeps exactly one purge job in pg_cron
 SELECT count(*) FROM cron.job WHERE jobname = 'silo-purge-terminal-jobs';

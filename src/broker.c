@@ -40,6 +40,8 @@
 PGDLLEXPORT void silo_broker_main(Datum main_arg);
 
 PG_FUNCTION_INFO_V1(silo_run_maintenance);
+
+static void silo_run_maintenance_round(TimestampTz now, Datum *values);
 PG_FUNCTION_INFO_V1(silo_purge_terminal_jobs);
 PG_FUNCTION_INFO_V1(silo_now);
 PG_FUNCTION_INFO_V1(silo_broker_pid);
@@ -707,6 +709,28 @@ silo_run_maintenance(PG_FUNCTION_ARGS)
 	/* Like the broker, never wait for a key another transaction holds. */
 	save_nowait = silo_limits_nowait;
 	silo_limits_nowait = true;
+	PG_TRY();
+	{
+		silo_run_maintenance_round(now, values);
+	}
+	PG_CATCH();
+	{
+		/* Caught by a savepoint, the session must not stay in no-wait mode. */
+		silo_limits_nowait = save_nowait;
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	silo_limits_nowait = save_nowait;
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
+}
+
+/*
+ * silo_run_maintenance_round: run_maintenance's work: values[0] gets the
+ * tasks promoted and chain tasks walked, values[1] the leases swept.
+ */
+static void
+silo_run_maintenance_round(TimestampTz now, Datum *values)
+{
 	silo_spi_connect();
 	{
 		int64		promoted = silo_promote_due_tasks(now);
@@ -742,8 +766,6 @@ silo_run_maintenance(PG_FUNCTION_ARGS)
 		values[1] = Int64GetDatum(swept);
 	}
 	silo_spi_finish();
-	silo_limits_nowait = save_nowait;	/* (an error resets it at transaction end) */
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
 }
 
 /*

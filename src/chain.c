@@ -697,8 +697,10 @@ chain_take_request(const char *tenant, const char *queue, ChainRequest *r)
  * effective start, enqueue order), while the key has capacity for the
  * one at the head: a fixed key compares its holders with the head job's
  * own maxConcurrency, a floating key with the shared current max.  Each
- * granted job goes on with its chain in this transaction.  The key lock
- * must be held.
+ * granted job goes on with its chain in this transaction; that walk may
+ * come back to this key (nested grant passes are fine: each reads the
+ * current rows), after which the batch is read again.  The key lock must
+ * be held.
  */
 void
 silo_grant_key(const char *tenant, const char *queue, TimestampTz now)
@@ -711,8 +713,9 @@ silo_grant_key(const char *tenant, const char *queue, TimestampTz now)
 		int32		floating_max = 0;
 		int			n = chain_read_requests(tenant, queue, reqs, &holders, &floating_max);
 		int			i;
+		bool		stale = false;
 
-		for (i = 0; i < n; i++)
+		for (i = 0; i < n && !stale; i++)
 		{
 			ChainRequest *r = &reqs[i];
 			SiloChainJob job;
@@ -751,8 +754,17 @@ silo_grant_key(const char *tenant, const char *queue, TimestampTz now)
 			if (job.limits == NULL)
 				silo_chain_load_limits(&job);
 			chain_walk(&job, r->limit_index + 1, SILO_CHAIN_CASCADE, now);
+
+			/*
+			 * A job with more limits went on to other keys, whose grants may
+			 * have come back to this key (a job waiting on it further down
+			 * its chain) and granted or queued here: the batch and the
+			 * holder count are stale, read them again.
+			 */
+			if (r->limit_index + 1 < job.nlimits)
+				stale = true;
 		}
-		if (n < CHAIN_GRANT_BATCH)
+		if (!stale && n < CHAIN_GRANT_BATCH)
 			return;
 	}
 }

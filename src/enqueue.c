@@ -20,6 +20,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/fmgrprotos.h"
 
 PG_FUNCTION_INFO_V1(silo_enqueue);
@@ -48,6 +49,14 @@ enqueue_validate(SiloEnqueueArgs *args)
 				 errmsg("start_at must be a finite timestamp")));
 	args->nlimits = silo_parse_limits(args->limits, &args->parsed_limits, &args->limits);
 	silo_check_metadata(args->metadata);
+
+	/*
+	 * Counting a key's holders must see every committed grant: under
+	 * REPEATABLE READ the count would come from the transaction's old
+	 * snapshot and could over-grant.
+	 */
+	if (args->nlimits > 0)
+		silo_require_read_committed("silo.enqueue with limits");
 }
 
 /*
@@ -187,7 +196,22 @@ silo_enqueue_job(SiloEnqueueArgs *args)
 		job.start_at = effective_start;
 		job.nlimits = args->nlimits;
 		job.limits = args->parsed_limits;
-		silo_chain_start(&job, now);
+		if (args->chains)
+		{
+			/*
+			 * The caller starts it later, after SPI_finish: everything it
+			 * points to was allocated before SPI_connect, and the struct
+			 * and the list cell go to the caller's context too.
+			 */
+			SiloChainJob *jobp = SPI_palloc(sizeof(SiloChainJob));
+			MemoryContext spicxt = MemoryContextSwitchTo(GetMemoryChunkContext(jobp));
+
+			*jobp = job;
+			*args->chains = lappend(*args->chains, jobp);
+			MemoryContextSwitchTo(spicxt);
+		}
+		else
+			silo_chain_start(&job, now);
 	}
 	silo_spi_finish();
 
@@ -399,7 +423,8 @@ enqueue_many_error_context(void *arg)
 /*
  * silo_enqueue_many: SQL entry point silo.enqueue_many(jobs jsonb).  All
  * or nothing: any invalid element aborts the statement.  Ids come back in
- * input order.
+ * input order; jobs walk their limits in input order, after every job row
+ * is written.
  */
 Datum
 silo_enqueue_many(PG_FUNCTION_ARGS)
@@ -411,6 +436,7 @@ silo_enqueue_many(PG_FUNCTION_ARGS)
 	JsonbIteratorToken tok;
 	ErrorContextCallback errcb;
 	int			index = 0;
+	List	   *chains = NIL;
 
 	silo_require_arg(fcinfo, 0, "jobs");
 	jobs = PG_GETARG_JSONB_P(0);
@@ -437,12 +463,31 @@ silo_enqueue_many(PG_FUNCTION_ARGS)
 			continue;
 		memset(&args, 0, sizeof(args));
 		enqueue_from_json(&v, &args);
+		args.chains = &chains;
 		id = CStringGetTextDatum(silo_enqueue_job(&args));
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &id, &isnull);
 		index++;
 		CHECK_FOR_INTERRUPTS();
 	}
-
 	error_context_stack = errcb.previous;
+
+	/*
+	 * Limits are walked once every job row is in: a job row insert can wait
+	 * for another transaction inserting the same id, and must not do so
+	 * while this one holds key locks (the two could deadlock).
+	 */
+	if (chains != NIL)
+	{
+		TimestampTz now = silo_now_ts();
+		ListCell   *lc;
+
+		silo_spi_connect();
+		foreach(lc, chains)
+		{
+			silo_chain_start((SiloChainJob *) lfirst(lc), now);
+			CHECK_FOR_INTERRUPTS();
+		}
+		silo_spi_finish();
+	}
 	return (Datum) 0;
 }

@@ -266,6 +266,7 @@ silo_reset_floating_limit(PG_FUNCTION_ARGS)
 	char	   *key = silo_text_arg(fcinfo, 1, "key", 1, SILO_MAX_LIMIT_KEY_LEN);
 	bool		found;
 
+	silo_require_read_committed("silo.reset_floating_limit");
 	silo_spi_connect();
 	silo_limits_lock_key(tenant, key);
 	values[0] = CStringGetTextDatum(tenant);

@@ -16,6 +16,7 @@
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "utils/lsyscache.h"
 
 PG_FUNCTION_INFO_V1(silo_cancel);
 PG_FUNCTION_INFO_V1(silo_restart);
@@ -128,6 +129,10 @@ jobops_begin(FunctionCallInfo fcinfo, Datum *values, JobState *st)
 	silo_spi_connect();
 	if (!jobops_lock(values, st))
 		jobops_not_found(values);
+	/* Its limits' holders must be counted on fresh snapshots (see enqueue). */
+	if (st->nlimits > 0)
+		silo_require_read_committed(psprintf("silo.%s of a job with limits",
+											 get_func_name(fcinfo->flinfo->fn_oid)));
 }
 
 /*

@@ -214,6 +214,8 @@ typedef struct SiloEnqueueArgs
 	bool		ignore_conflict;
 	int			nlimits;		/* set by enqueue_validate */
 	SiloLimit  *parsed_limits;
+	List	  **chains;			/* if set, limit walks are appended here for
+								 * the caller to start, not started */
 } SiloEnqueueArgs;
 
 extern char *silo_enqueue_job(SiloEnqueueArgs *args);

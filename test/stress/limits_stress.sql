@@ -15,10 +15,11 @@
  *       Pauses while more than backlog jobs are pending.
  *   stress.worker(w, seed)
  *       leases 1-6 tasks from task group ga or gb and reports each in its
- *       own transaction: complete, fail, release, heartbeat (then ack_cancel
- *       if cancelled, else complete) or ack_cancel.  Refresh tasks (floating
- *       limits) get report_refresh with a max >= the current one (never
- *       lowered: the invariant check reads the current max), or
+ *       own transaction (or, 3 times in 10, all of them in one transaction,
+ *       a savepoint each): complete, fail, release, heartbeat (then
+ *       ack_cancel if cancelled, else complete) or ack_cancel.  Refresh
+ *       tasks (floating limits) get report_refresh with a max >= the current
+ *       one (never lowered: the invariant check reads the current max), or
  *       fail_refresh.  One lease call in 25 uses a 150-400 ms lease and
  *       never reports: those leases expire and the broker sweeps them.
  *   stress.chaos(seed)
@@ -100,6 +101,7 @@ CREATE TABLE stress.sample (
 	run_leases	bigint NOT NULL,
 	refresh_leases bigint NOT NULL,
 	full_keys_with_waiters bigint NOT NULL,	-- fixed keys at their max with requesters
+	regrant_markers bigint NOT NULL,
 	violations	bigint NOT NULL
 );
 
@@ -332,6 +334,7 @@ DECLARE
 	t			silo.leased_task;
 	grp			text;
 	abandon		boolean;
+	batched		boolean;
 	r			float8;
 	op			text;
 	st			text;
@@ -375,10 +378,19 @@ BEGIN
 			END LOOP;
 			CONTINUE;
 		END IF;
+		-- Reports go one per transaction, or (3 batches in 10) all in one
+		-- transaction, a savepoint each: a transaction that releases one
+		-- job's keys already holds the keys of the jobs before it.
+		batched := cardinality(tasks) > 1 AND random() < 0.3;
+		IF batched THEN
+			counts := stress.bump(counts, 'batched_reports', cardinality(tasks));
+		END IF;
 		FOREACH t IN ARRAY tasks LOOP
-			-- the work itself: a few milliseconds
-			PERFORM pg_sleep(0.01 * random());
-			COMMIT;
+			IF NOT batched THEN
+				-- the work itself: a few milliseconds
+				PERFORM pg_sleep(0.01 * random());
+				COMMIT;
+			END IF;
 			r := random();
 			BEGIN
 				IF t.kind = 'refresh' THEN
@@ -419,8 +431,11 @@ BEGIN
 				GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
 				INSERT INTO stress.error VALUES (w, op, st, msg, det);
 			END;
-			COMMIT;
+			IF NOT batched THEN
+				COMMIT;
+			END IF;
 		END LOOP;
+		COMMIT;
 	END LOOP;
 	CALL stress.flush_counts(w, counts);
 	COMMIT;
@@ -714,6 +729,7 @@ SELECT sample_no, clock_timestamp(),
 	   (SELECT count(*) FROM places WHERE place = 'lease'),
 	   (SELECT count(*) FROM silo.task_lease WHERE kind = 'refresh'),
 	   (SELECT count(*) FROM keys WHERE NOT floating AND requesters > 0 AND holders >= max),
+	   (SELECT count(*) FROM stress.regrant),
 	   (SELECT count(*) FROM ins)
 RETURNING violations
 $$;

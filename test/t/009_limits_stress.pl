@@ -9,9 +9,14 @@
 #     tight one that makes some jobs end RATE_LIMITED), 0-3 limits per job,
 #     priorities, future starts, retry policies; one producer calls
 #     silo.enqueue, the other silo.enqueue_many.  A job's definition is a
-#     function of (seed, job id).
+#     function of (seed, job id).  A job lists its concurrency keys in one
+#     global order (by name): a job holds its earlier keys while it waits
+#     for a later one, so jobs listing keys in opposite orders can wait for
+#     each other forever (by the semantics, as in Silo), and the drain
+#     could never end.
 #   - 4 workers: complete, fail (retried per policy), release, heartbeat +
-#     ack_cancel, ack_cancel; one lease call in 25 uses a short lease and
+#     ack_cancel, ack_cancel, one report per transaction or a batch in one
+#     transaction; one lease call in 25 uses a short lease and
 #     never reports (expiry, sweep); refresh tasks of floating keys get
 #     report_refresh (the max never goes down) or fail_refresh.
 #   - chaos: cancels, restarts of Failed/Cancelled jobs, expedites.
@@ -259,13 +264,14 @@ UNION ALL SELECT 'refreshed_floating', count(*) FROM silo.floating_limit WHERE l
 UNION ALL SELECT 'samples_full_keys', count(*) FROM stress.sample WHERE full_keys_with_waiters > 0
 UNION ALL SELECT 'samples_chain_tasks', count(*) FROM stress.sample WHERE chain_tasks > 0
 UNION ALL SELECT 'samples_refresh_leases', count(*) FROM stress.sample WHERE refresh_leases > 0
+UNION ALL SELECT 'samples_regrant_markers', count(*) FROM stress.sample WHERE regrant_markers > 0
 UNION ALL SELECT 'max_holders', max(holders) FROM stress.sample
 UNION ALL SELECT 'max_requesters', max(requesters) FROM stress.sample
 UNION ALL SELECT 'limited_jobs', count(*) FROM stress.enqueued WHERE nlimits > 0});
 for my $what (
 	'job:Succeeded', 'job:Failed', 'job:Cancelled', 'attempt:E_STRESS',
 	'attempt:WORKER_CRASHED', 'attempt:RATE_LIMITED',
-	'release', 'ack_cancel_self', 'cancel', 'restarts', 'expedite',
+	'release', 'ack_cancel_self', 'batched_reports', 'cancel', 'restarts', 'expedite',
 	'report_refresh', 'fail_refresh', 'abandon_run', 'raised_floating',
 	'samples_full_keys', 'samples_chain_tasks', 'limited_jobs')
 {
