@@ -187,28 +187,37 @@ chain_key_cmp(const void *a, const void *b)
 }
 
 /*
- * silo_limits_lock_all: lock a set of concurrency keys in hash order,
- * so that two transactions releasing the same keys cannot deadlock.
+ * chain_sorted_keys: the concurrency keys of queues with their lock
+ * hashes, in hash order (the global lock order).
  */
-void
-silo_limits_lock_all(const char *tenant, List *queues)
+static ChainKey *
+chain_sorted_keys(const char *tenant, List *queues)
 {
-	int			n = list_length(queues);
-	ChainKey   *keys;
+	ChainKey   *keys = palloc(sizeof(ChainKey) * (list_length(queues) + 1));
 	ListCell   *lc;
 	int			i = 0;
 
-	if (n == 0)
-		return;
-	keys = palloc(sizeof(ChainKey) * n);
 	foreach(lc, queues)
 	{
 		keys[i].queue = (char *) lfirst(lc);
 		keys[i].hash = chain_hash('c', tenant, keys[i].queue, NULL);
 		i++;
 	}
-	qsort(keys, n, sizeof(ChainKey), chain_key_cmp);
-	for (i = 0; i < n; i++)
+	qsort(keys, i, sizeof(ChainKey), chain_key_cmp);
+	return keys;
+}
+
+/*
+ * silo_limits_lock_all: lock a set of concurrency keys in hash order,
+ * so that two transactions releasing the same keys cannot deadlock.
+ */
+void
+silo_limits_lock_all(const char *tenant, List *queues)
+{
+	ChainKey   *keys = chain_sorted_keys(tenant, queues);
+	int			i;
+
+	for (i = 0; i < list_length(queues); i++)
 		if (!chain_lock(keys[i].hash, true))
 			chain_busy(tenant, keys[i].queue);
 }
@@ -809,20 +818,12 @@ silo_limits_release(const char *tenant, List *queues, Datum task_id, TimestampTz
 	int			n = list_length(queues);
 	ChainKey   *keys;
 	bool	   *locked;
-	ListCell   *lc;
-	int			i = 0;
+	int			i;
 
 	if (n == 0)
 		return;
-	keys = palloc(sizeof(ChainKey) * n);
+	keys = chain_sorted_keys(tenant, queues);
 	locked = palloc(sizeof(bool) * n);
-	foreach(lc, queues)
-	{
-		keys[i].queue = (char *) lfirst(lc);
-		keys[i].hash = chain_hash('c', tenant, keys[i].queue, NULL);
-		i++;
-	}
-	qsort(keys, n, sizeof(ChainKey), chain_key_cmp);
 	for (i = 0; i < n; i++)
 		locked[i] = chain_lock(keys[i].hash, false);
 

@@ -240,44 +240,40 @@ silo_cancel(PG_FUNCTION_ARGS)
 	jobops_task_key(values, &st);
 	values[6] = TimestampTzGetDatum(now);
 
-	if (!st.running && st.nlimits > 0)
+	if (!st.running)
 	{
-		SiloChainJob job;
+		bool		removed;
 
-		/* Wherever it waits, and every slot it holds, in one go. */
-		jobops_chain_job(&job, values, &st);
-		if (silo_chain_cancel(&job, now))
+		if (st.nlimits > 0)
+		{
+			SiloChainJob job;
+
+			/* Wherever it waits, and every slot it holds, in one go. */
+			jobops_chain_job(&job, values, &st);
+			removed = silo_chain_cancel(&job, now);
+		}
+		else
+		{
+			silo_exec(&delete_plan,
+					  "DELETE FROM silo.task WHERE task_group = $3 AND start_at = $4 AND priority = $5"
+					  " AND tenant = $1 AND job_id = $2 AND attempt = $6",
+					  7, types, values, NULL, false, 0);
+			removed = SPI_processed == 1;
+		}
+		if (removed)
 			silo_exec(&end_plan,
-				  "UPDATE silo.job_status SET status = 'Cancelled', changed_at = $7, task_id = NULL,"
-				  "  next_attempt_at = NULL WHERE tenant = $1 AND id = $2",
+					  "UPDATE silo.job_status SET status = 'Cancelled', changed_at = $7, task_id = NULL,"
+					  "  next_attempt_at = NULL WHERE tenant = $1 AND id = $2",
 					  7, types, values, NULL, false, 0);
 		else if (!jobops_task_leased(st.task_id))
+		{
+			/* Neither waiting nor leased: bookkeeping is broken. */
 			ereport(ERROR,
 					(errcode(ERRCODE_SILO_INTERNAL),
 					 errmsg("pending job \"%s\" is neither waiting nor leased",
 							TextDatumGetCString(values[1]))));
-		/* else a worker leased it meanwhile: flag only */
-	}
-	else if (!st.running)
-	{
-		silo_exec(&delete_plan,
-				  "DELETE FROM silo.task WHERE task_group = $3 AND start_at = $4 AND priority = $5"
-				  " AND tenant = $1 AND job_id = $2 AND attempt = $6",
-				  7, types, values, NULL, false, 0);
-		if (SPI_processed == 1)
-			silo_exec(&end_plan,
-				  "UPDATE silo.job_status SET status = 'Cancelled', changed_at = $7, task_id = NULL,"
-				  "  next_attempt_at = NULL WHERE tenant = $1 AND id = $2",
-					  7, types, values, NULL, false, 0);
-		else if (!jobops_task_leased(st.task_id))
-		{
-			/* Neither pending nor leased: bookkeeping is broken. */
-			ereport(ERROR,
-					(errcode(ERRCODE_SILO_INTERNAL),
-					 errmsg("pending job \"%s\" has neither a task nor a lease",
-							TextDatumGetCString(values[1]))));
 		}
-		/* else a worker leased it while we waited for the task: flag only */
+		/* else a worker leased it while we waited: flag only */
 	}
 	silo_exec(&flag_plan,
 			  "INSERT INTO silo.job_cancellation (tenant, job_id, cancelled_at) VALUES ($1, $2, $7)",
