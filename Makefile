@@ -6,6 +6,7 @@
 #   make test       install what is missing, build, run every suite
 #   make demo       install what is missing, build, run a real demo
 #   make stress     the long randomized stress run
+#   make bench      the side-by-side benchmarks (bench/run.sh; not part of test)
 
 EXTENSION = silo
 MODULE_big = silo
@@ -44,7 +45,7 @@ install-silo-worker: tools/silo-worker
 uninstall-silo-worker:
 	rm -f '$(DESTDIR)$(bindir)/silo-worker'
 
-.PHONY: test demo stress
+.PHONY: test demo stress bench
 test:
 	@bash test/run.sh
 
@@ -53,3 +54,6 @@ demo:
 
 stress:
 	@SILO_STRESS=long bash test/run.sh
+
+bench:
+	@bash bench/run.sh
