@@ -8,7 +8,9 @@
  * FOR UPDATE SKIP LOCKED (so a worker never waits on, or receives,
  * another worker's rows), deleted by ctid (a TID scan, never a join), and
  * their lease rows inserted.  The job_status row is not touched: a job is
- * Running exactly when its current task has a lease row.
+ * Running exactly when its current task has a lease row.  Ready refresh
+ * tasks of floating limits in the group (floating.c) are handed out
+ * first, as rows of kind 'refresh'.
  *
  *-------------------------------------------------------------------------
  */
