@@ -176,6 +176,38 @@ silo_run_isolated(int n, SiloItemFn fn, SiloItemDescribeFn describe, void *arg,
 }
 
 /*
+ * silo_run_listed: one paged pass of the broker: list due items with sql
+ * (parameters $1 now, $2 limit, $3 offset; every column is read as text),
+ * then run fn on each in isolation (silo_run_isolated).  *more says
+ * whether a full page came back.  Returns the number handled.
+ */
+int64
+silo_run_listed(SPIPlanPtr *plan, const char *sql, TimestampTz now, int limit,
+				int64 *offset, bool *more, SiloItemFn fn, SiloItemDescribeFn describe)
+{
+	static const Oid types[3] = {TIMESTAMPTZOID, INT4OID, INT8OID};
+	Datum		values[3];
+	SiloListed *listed = palloc(sizeof(SiloListed));
+	uint64		n;
+	uint64		i;
+	int			c;
+
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(limit);
+	values[2] = Int64GetDatum(*offset);
+	silo_exec(plan, sql, 3, types, values, NULL, false, 0);
+	n = SPI_processed;
+	*more = n == (uint64) limit;
+	listed->ncols = SPI_tuptable->tupdesc->natts;
+	listed->cells = palloc(sizeof(char *) * (n * listed->ncols + 1));
+	for (i = 0; i < n; i++)
+		for (c = 0; c < listed->ncols; c++)
+			SILO_CELL(listed, i, c) = SPI_getvalue(SPI_tuptable->vals[i],
+												   SPI_tuptable->tupdesc, c + 1);
+	return silo_run_isolated((int) n, fn, describe, listed, now, offset);
+}
+
+/*
  * broker_sweep_item / broker_sweep_describe: the sweep's callbacks over
  * an array of task ids.  An expired run lease ends its attempt as
  * WORKER_CRASHED; an expired refresh lease frees the refresh.
@@ -184,8 +216,10 @@ static bool
 broker_sweep_item(int i, void *arg, TimestampTz now)
 {
 	SiloLease	lease;
+	Datum		task_id = DirectFunctionCall1(uuid_in,
+											  CStringGetDatum(SILO_CELL((SiloListed *) arg, i, 0)));
 
-	if (!silo_take_expired_lease(((Datum *) arg)[i], now, &lease))
+	if (!silo_take_expired_lease(task_id, now, &lease))
 		return false;
 	if (strcmp(lease.kind, "refresh") == 0)
 		silo_floating_refresh_expired(&lease, now);
@@ -198,8 +232,7 @@ broker_sweep_item(int i, void *arg, TimestampTz now)
 static char *
 broker_sweep_describe(int i, void *arg)
 {
-	return psprintf("sweep the expired lease of task %s",
-					silo_uuid_to_cstring(((Datum *) arg)[i]));
+	return psprintf("sweep the expired lease of task %s", SILO_CELL((SiloListed *) arg, i, 0));
 }
 
 /*
@@ -213,60 +246,28 @@ int64
 silo_sweep_expired_leases(TimestampTz now, int limit, int64 *offset, bool *more)
 {
 	static SPIPlanPtr plan = NULL;
-	static const Oid types[3] = {TIMESTAMPTZOID, INT4OID, INT8OID};
-	Datum		values[3];
-	Datum	   *ids;
-	uint64		n;
-	uint64		i;
 
-	values[0] = TimestampTzGetDatum(now);
-	values[1] = Int32GetDatum(limit);
-	values[2] = Int64GetDatum(*offset);
-	silo_exec(&plan,
-			  "SELECT task_id FROM silo.task_lease WHERE expires_at <= $1"
-			  " ORDER BY expires_at, task_id OFFSET $3 LIMIT $2",
-			  3, types, values, NULL, false, 0);
-	n = SPI_processed;
-	*more = (n == (uint64) limit);
-	ids = palloc(sizeof(Datum) * (n + 1));
-	for (i = 0; i < n; i++)
-	{
-		bool		isnull;
-
-		ids[i] = datumCopy(silo_col(i, 1, &isnull), false, UUID_LEN);
-	}
-	return silo_run_isolated((int) n, broker_sweep_item, broker_sweep_describe, ids, now, offset);
+	return silo_run_listed(&plan,
+						   "SELECT task_id FROM silo.task_lease WHERE expires_at <= $1"
+						   " ORDER BY expires_at, task_id OFFSET $3 LIMIT $2",
+						   now, limit, offset, more, broker_sweep_item, broker_sweep_describe);
 }
 
-/* A chain task's key, as the broker lists them. */
-typedef struct BrokerChainKey
-{
-	char	   *tenant;
-	char	   *job_id;
-	int32		attempt;
-} BrokerChainKey;
-
-/*
- * broker_chain_item: walk one due chain task: take it (SKIP LOCKED), lock
- * its job's status row without waiting, and go on with the job's chain
- * where it stopped.  A busy key raises 55P03 and rolls the whole step
- * back, so the chain task stays for a later round.
- */
 static bool
 broker_chain_item(int i, void *arg, TimestampTz now)
 {
 	static SPIPlanPtr take_plan = NULL;
 	static SPIPlanPtr job_plan = NULL;
 	static const Oid types[4] = {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID};
-	BrokerChainKey *k = &((BrokerChainKey *) arg)[i];
+	SiloListed *l = (SiloListed *) arg;
 	Datum		values[4];
 	SiloChainJob job;
 	bool		isnull;
 	int			at;
 
-	values[0] = CStringGetTextDatum(k->tenant);
-	values[1] = CStringGetTextDatum(k->job_id);
-	values[2] = Int32GetDatum(k->attempt);
+	values[0] = CStringGetTextDatum(SILO_CELL(l, i, 0));
+	values[1] = CStringGetTextDatum(SILO_CELL(l, i, 1));
+	values[2] = Int32GetDatum(pg_strtoint32(SILO_CELL(l, i, 2)));
 	values[3] = TimestampTzGetDatum(now);
 	/* The job row first (every path locks it before keys), then the task. */
 	silo_exec(&job_plan,
@@ -285,9 +286,9 @@ broker_chain_item(int i, void *arg, TimestampTz now)
 		return false;
 
 	memset(&job, 0, sizeof(job));
-	job.tenant = k->tenant;
-	job.job_id = k->job_id;
-	job.attempt = k->attempt;
+	job.tenant = SILO_CELL(l, i, 0);
+	job.job_id = SILO_CELL(l, i, 1);
+	job.attempt = DatumGetInt32(values[2]);
 	job.relative_attempt = silo_col_int32(0, 1);
 	job.task_id = datumCopy(silo_col(0, 2, &isnull), false, UUID_LEN);
 	job.task_group = silo_col_text(0, 3);
@@ -305,9 +306,10 @@ broker_chain_item(int i, void *arg, TimestampTz now)
 static char *
 broker_chain_describe(int i, void *arg)
 {
-	BrokerChainKey *k = &((BrokerChainKey *) arg)[i];
+	SiloListed *l = (SiloListed *) arg;
 
-	return psprintf("walk the limits of job \"%s\" of tenant \"%s\"", k->job_id, k->tenant);
+	return psprintf("walk the limits of job \"%s\" of tenant \"%s\"",
+					SILO_CELL(l, i, 1), SILO_CELL(l, i, 0));
 }
 
 /*
@@ -320,27 +322,11 @@ int64
 silo_run_chain_tasks(TimestampTz now, int limit, int64 *offset, bool *more)
 {
 	static SPIPlanPtr plan = NULL;
-	static const Oid types[3] = {TIMESTAMPTZOID, INT4OID, INT8OID};
-	Datum		values[3];
-	BrokerChainKey *keys;
-	uint64		i;
 
-	values[0] = TimestampTzGetDatum(now);
-	values[1] = Int32GetDatum(limit);
-	values[2] = Int64GetDatum(*offset);
-	silo_exec(&plan,
-			  "SELECT tenant, job_id, attempt FROM silo.chain_task WHERE run_at <= $1"
-			  " ORDER BY run_at, priority, start_at, seq OFFSET $3 LIMIT $2",
-			  3, types, values, NULL, false, 0);
-	*more = SPI_processed == (uint64) limit;
-	keys = palloc(sizeof(BrokerChainKey) * (SPI_processed + 1));
-	for (i = 0; i < SPI_processed; i++)
-	{
-		keys[i].tenant = silo_col_text(i, 1);
-		keys[i].job_id = silo_col_text(i, 2);
-		keys[i].attempt = silo_col_int32(i, 3);
-	}
-	return silo_run_isolated((int) i, broker_chain_item, broker_chain_describe, keys, now, offset);
+	return silo_run_listed(&plan,
+						   "SELECT tenant, job_id, attempt FROM silo.chain_task WHERE run_at <= $1"
+						   " ORDER BY run_at, priority, start_at, seq OFFSET $3 LIMIT $2",
+						   now, limit, offset, more, broker_chain_item, broker_chain_describe);
 }
 
 /*
@@ -515,6 +501,12 @@ broker_floating_step(void *arg)
 }
 
 static void
+broker_refresh_hint_step(void *arg)
+{
+	*(bool *) arg = silo_floating_any_ready();
+}
+
+static void
 broker_buckets_step(void *arg)
 {
 	(void) silo_purge_idle_buckets(silo_now_ts());
@@ -560,6 +552,7 @@ static long
 broker_tick(MemoryContext loopcxt)
 {
 	long		sleep_ms = BROKER_MAX_SLEEP_MS;
+	bool		any_ready = true;
 
 	/* A failed promotion must not stop the sweep. */
 	(void) broker_run(loopcxt, "silo broker: promote", broker_promote_step, NULL);
@@ -567,6 +560,8 @@ broker_tick(MemoryContext loopcxt)
 	broker_rounds(loopcxt, "silo broker: regrants", broker_regrant_step);
 	broker_rounds(loopcxt, "silo broker: sweep", broker_sweep_step);
 	broker_rounds(loopcxt, "silo broker: floating limits", broker_floating_step);
+	if (broker_run(loopcxt, "silo broker: refresh hint", broker_refresh_hint_step, &any_ready))
+		silo_set_refresh_hint(any_ready);
 	(void) broker_run(loopcxt, "silo broker: plan", broker_sleep_step, &sleep_ms);
 	return sleep_ms;
 }

@@ -843,13 +843,6 @@ silo_limits_release(const char *tenant, List *queues, Datum task_id, TimestampTz
 	}
 }
 
-/* A key with regrant markers, as the broker lists them. */
-typedef struct ChainRegrant
-{
-	char	   *tenant;
-	char	   *queue;
-} ChainRegrant;
-
 /*
  * chain_regrant_item: the broker's handling of one marked key: take its
  * lock (without waiting: a busy key is retried), drop its markers and
@@ -860,24 +853,26 @@ chain_regrant_item(int i, void *arg, TimestampTz now)
 {
 	static SPIPlanPtr plan = NULL;
 	static const Oid types[2] = {TEXTOID, TEXTOID};
-	ChainRegrant *k = &((ChainRegrant *) arg)[i];
+	char	   *tenant = SILO_CELL((SiloListed *) arg, i, 0);
+	char	   *queue = SILO_CELL((SiloListed *) arg, i, 1);
 	Datum		values[2];
 
-	silo_limits_lock_key(k->tenant, k->queue);
-	values[0] = CStringGetTextDatum(k->tenant);
-	values[1] = CStringGetTextDatum(k->queue);
+	silo_limits_lock_key(tenant, queue);
+	values[0] = CStringGetTextDatum(tenant);
+	values[1] = CStringGetTextDatum(queue);
 	silo_exec(&plan, "DELETE FROM silo.concurrency_regrant WHERE tenant = $1 AND queue = $2",
 			  2, types, values, NULL, false, 0);
-	silo_grant_key(k->tenant, k->queue, now);
+	silo_grant_key(tenant, queue, now);
 	return true;
 }
 
 static char *
 chain_regrant_describe(int i, void *arg)
 {
-	ChainRegrant *k = &((ChainRegrant *) arg)[i];
+	SiloListed *l = (SiloListed *) arg;
 
-	return psprintf("grant the waiters of key \"%s\" of tenant \"%s\"", k->queue, k->tenant);
+	return psprintf("grant the waiters of key \"%s\" of tenant \"%s\"",
+					SILO_CELL(l, i, 1), SILO_CELL(l, i, 0));
 }
 
 /*
@@ -889,26 +884,13 @@ int64
 silo_run_regrants(TimestampTz now, int limit, int64 *offset, bool *more)
 {
 	static SPIPlanPtr plan = NULL;
-	static const Oid types[2] = {INT4OID, INT8OID};
-	Datum		values[2];
-	ChainRegrant *keys;
-	uint64		i;
 
-	values[0] = Int32GetDatum(limit);
-	values[1] = Int64GetDatum(*offset);
-	silo_exec(&plan,
-			  "SELECT tenant, queue FROM silo.concurrency_regrant GROUP BY tenant, queue"
-			  " ORDER BY min(marked_at) OFFSET $2 LIMIT $1",
-			  2, types, values, NULL, false, 0);
-	*more = SPI_processed == (uint64) limit;
-	keys = palloc(sizeof(ChainRegrant) * (SPI_processed + 1));
-	for (i = 0; i < SPI_processed; i++)
-	{
-		keys[i].tenant = silo_col_text(i, 1);
-		keys[i].queue = silo_col_text(i, 2);
-	}
-	return silo_run_isolated((int) i, chain_regrant_item, chain_regrant_describe, keys, now,
-							 offset);
+	/* $1 (now) is not needed: every marker is due. */
+	return silo_run_listed(&plan,
+						   "SELECT tenant, queue FROM silo.concurrency_regrant"
+						   " WHERE $1 IS NOT NULL GROUP BY tenant, queue"
+						   " ORDER BY min(marked_at) OFFSET $3 LIMIT $2",
+						   now, limit, offset, more, chain_regrant_item, chain_regrant_describe);
 }
 
 /*

@@ -291,13 +291,6 @@ silo_reset_floating_limit(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(found);
 }
 
-/* The broker's view of a key whose check time has come. */
-typedef struct FloatingKey
-{
-	char	   *tenant;
-	char	   *queue;
-} FloatingKey;
-
 /*
  * floating_check_key: the broker's decision for one key (its lock and
  * row taken without waiting): schedule a refresh for a key in use,
@@ -305,7 +298,7 @@ typedef struct FloatingKey
  * when the key no longer needed a look.
  */
 static bool
-floating_check_key(FloatingKey *k, TimestampTz now)
+floating_check_key(const char *tenant, const char *queue, TimestampTz now)
 {
 	static SPIPlanPtr read_plan = NULL;
 	static SPIPlanPtr set_plan = NULL;
@@ -318,9 +311,9 @@ floating_check_key(FloatingKey *k, TimestampTz now)
 	char	   *task_group;
 	int64		interval_ms;
 
-	silo_limits_lock_key(k->tenant, k->queue);
-	values[0] = CStringGetTextDatum(k->tenant);
-	values[1] = CStringGetTextDatum(k->queue);
+	silo_limits_lock_key(tenant, queue);
+	values[0] = CStringGetTextDatum(tenant);
+	values[1] = CStringGetTextDatum(queue);
 	values[2] = TimestampTzGetDatum(now);
 	silo_exec(&read_plan,
 			  "SELECT f.refresh_task_id IS NOT NULL, f.refresh_ready, l.expires_at, f.task_group,"
@@ -355,7 +348,7 @@ floating_check_key(FloatingKey *k, TimestampTz now)
 		{
 			ereport(LOG,
 					(errmsg("silo: refresh %s of floating limit \"%s\" (tenant \"%s\") was not answered in time; %s",
-							silo_uuid_to_cstring(old_task), k->queue, k->tenant,
+							silo_uuid_to_cstring(old_task), queue, tenant,
 							in_use ? "scheduling a new one" : "the key is idle now")));
 			silo_delete_lease(old_task);
 			values[3] = in_use ? silo_new_uuid() : (Datum) 0;
@@ -384,26 +377,46 @@ floating_check_key(FloatingKey *k, TimestampTz now)
 			  " WHERE tenant = $1 AND queue = $2",
 			  5, types, values, nulls, false, 0);
 	if (in_use)
+	{
+		silo_set_refresh_hint(true);
 		silo_notify_group(task_group);
+	}
 	return true;
 }
 
 /*
- * floating_check_item / floating_describe_item: silo_run_isolated's
- * callbacks over an array of FloatingKey.
+ * silo_floating_any_ready: whether any refresh task waits for a worker
+ * (the broker's input to the refresh hint).
+ */
+bool
+silo_floating_any_ready(void)
+{
+	static SPIPlanPtr plan = NULL;
+
+	silo_exec(&plan, "SELECT 1 FROM silo.floating_limit WHERE refresh_ready LIMIT 1",
+			  0, NULL, NULL, NULL, true, 1);
+	return SPI_processed > 0;
+}
+
+/*
+ * floating_check_item / floating_describe_item: silo_run_listed's
+ * callbacks over (tenant, queue) rows.
  */
 static bool
 floating_check_item(int i, void *arg, TimestampTz now)
 {
-	return floating_check_key(&((FloatingKey *) arg)[i], now);
+	SiloListed *l = (SiloListed *) arg;
+
+	return floating_check_key(SILO_CELL(l, i, 0), SILO_CELL(l, i, 1), now);
 }
 
 static char *
 floating_describe_item(int i, void *arg)
 {
-	FloatingKey *k = &((FloatingKey *) arg)[i];
+	SiloListed *l = (SiloListed *) arg;
 
-	return psprintf("check the floating limit \"%s\" of tenant \"%s\"", k->queue, k->tenant);
+	return psprintf("check the floating limit \"%s\" of tenant \"%s\"",
+					SILO_CELL(l, i, 1), SILO_CELL(l, i, 0));
 }
 
 /*
@@ -415,27 +428,9 @@ int64
 silo_check_floating_limits(TimestampTz now, int limit, int64 *offset, bool *more)
 {
 	static SPIPlanPtr plan = NULL;
-	static const Oid types[3] = {TIMESTAMPTZOID, INT4OID, INT8OID};
-	Datum		values[3];
-	FloatingKey *keys;
-	uint64		i;
-	int64		done;
 
-	values[0] = TimestampTzGetDatum(now);
-	values[1] = Int32GetDatum(limit);
-	values[2] = Int64GetDatum(*offset);
-	silo_exec(&plan,
-			  "SELECT tenant, queue FROM silo.floating_limit WHERE refresh_check_at <= $1"
-			  " ORDER BY refresh_check_at OFFSET $3 LIMIT $2",
-			  3, types, values, NULL, false, 0);
-	*more = SPI_processed == (uint64) limit;
-	keys = palloc(sizeof(FloatingKey) * (SPI_processed + 1));
-	for (i = 0; i < SPI_processed; i++)
-	{
-		keys[i].tenant = silo_col_text(i, 1);
-		keys[i].queue = silo_col_text(i, 2);
-	}
-	done = silo_run_isolated((int) i, floating_check_item, floating_describe_item, keys, now,
-							 offset);
-	return done;
+	return silo_run_listed(&plan,
+						   "SELECT tenant, queue FROM silo.floating_limit WHERE refresh_check_at <= $1"
+						   " ORDER BY refresh_check_at OFFSET $3 LIMIT $2",
+						   now, limit, offset, more, floating_check_item, floating_describe_item);
 }

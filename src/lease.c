@@ -88,8 +88,12 @@ silo_lease(PG_FUNCTION_ARGS)
 
 	silo_spi_connect();
 
-	/* Refresh tasks of floating limits come first (Silo gives them priority 0). */
-	n_refresh = silo_floating_lease(task_group, max_tasks, worker_id, now, expires);
+	/*
+	 * Refresh tasks of floating limits come first (Silo gives them priority
+	 * 0); the query runs only while one may be ready.
+	 */
+	n_refresh = silo_refresh_hint()
+		? silo_floating_lease(task_group, max_tasks, worker_id, now, expires) : 0;
 	for (i = 0; i < n_refresh; i++)
 	{
 		Datum		out[LEASED_TASK_NATTS];

@@ -37,6 +37,7 @@ typedef struct SiloShared
 	pid_t		broker_pid;
 	Latch	   *broker_latch;
 	pg_atomic_uint64 notify_slots[SILO_NOTIFY_SLOTS];
+	pg_atomic_uint32 refresh_hint;	/* 0: no refresh task is ready */
 } SiloShared;
 
 static SiloShared *silo_shared = NULL;
@@ -74,6 +75,7 @@ silo_shmem_startup(void)
 		silo_shared->broker_latch = NULL;
 		for (i = 0; i < SILO_NOTIFY_SLOTS; i++)
 			pg_atomic_init_u64(&silo_shared->notify_slots[i], 0);
+		pg_atomic_init_u32(&silo_shared->refresh_hint, 1);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -126,6 +128,29 @@ silo_shmem_broker_pid(void)
 	pid = silo_shared->broker_pid;
 	LWLockRelease(silo_shared->lock);
 	return pid;
+}
+
+/*
+ * silo_refresh_hint / silo_set_refresh_hint: whether a floating-limit
+ * refresh task may be ready for leasing.  silo.lease skips its refresh
+ * query while the hint is off, so installations without floating limits
+ * pay nothing for them.  Scheduling a refresh turns the hint on before
+ * its transaction commits; only the broker turns it off, each round,
+ * after finding no ready refresh (a refresh scheduled concurrently by
+ * run_maintenance turns it on again within one round).  Without shared
+ * memory (not preloaded) the hint is always on.
+ */
+bool
+silo_refresh_hint(void)
+{
+	return silo_shared == NULL || pg_atomic_read_u32(&silo_shared->refresh_hint) != 0;
+}
+
+void
+silo_set_refresh_hint(bool on)
+{
+	if (silo_shared != NULL)
+		pg_atomic_write_u32(&silo_shared->refresh_hint, on ? 1 : 0);
 }
 
 /*

@@ -138,6 +138,8 @@ extern void silo_shmem_startup(void);
 extern void silo_shmem_set_broker(bool attach);
 extern int	silo_shmem_broker_pid(void);
 extern void silo_wake_broker(void);
+extern bool silo_refresh_hint(void);
+extern void silo_set_refresh_hint(bool on);
 extern void silo_notify_group(const char *task_group);
 extern void silo_notify_pre_commit(void);
 extern void silo_notify_forget(void);
@@ -265,12 +267,25 @@ extern uint64 silo_floating_lease(const char *task_group, int32 max, const char 
 								  TimestampTz now, TimestampTz expires);
 extern void silo_floating_refresh_expired(SiloLease *lease, TimestampTz now);
 extern int64 silo_check_floating_limits(TimestampTz now, int limit, int64 *offset, bool *more);
+extern bool silo_floating_any_ready(void);
 
 /* broker.c */
 typedef bool (*SiloItemFn) (int i, void *arg, TimestampTz now);
 typedef char *(*SiloItemDescribeFn) (int i, void *arg);
 extern int64 silo_run_isolated(int n, SiloItemFn fn, SiloItemDescribeFn describe, void *arg,
 							   TimestampTz now, int64 *offset);
+
+/* Rows listed by silo_run_listed: every column as text, row-major. */
+typedef struct SiloListed
+{
+	int			ncols;
+	char	  **cells;
+} SiloListed;
+#define SILO_CELL(l, i, c)	((l)->cells[(i) * (l)->ncols + (c)])
+
+extern int64 silo_run_listed(SPIPlanPtr *plan, const char *sql, TimestampTz now, int limit,
+							 int64 *offset, bool *more, SiloItemFn fn,
+							 SiloItemDescribeFn describe);
 extern int64 silo_run_chain_tasks(TimestampTz now, int limit, int64 *offset, bool *more);
 extern int64 silo_promote_due_tasks(TimestampTz now);
 extern int64 silo_sweep_expired_leases(TimestampTz now, int limit, int64 *offset,
