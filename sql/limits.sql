@@ -674,6 +674,10 @@ SELECT call, pg_temp.try(format(call, t, 'w1')) AS result
 			   ('SELECT silo.release(%L, %L)', :'rt'),
 			   ('SELECT silo.report_refresh(%L, %L, 3)', :'f1task'),
 			   ('SELECT silo.fail_refresh(%L, %L, ''E'')', :'f1task')) v(call, t);
+-- complete_many with a refresh task among run tasks: SL010, and the run
+-- task is not completed either
+SELECT pg_temp.try(format('SELECT count(*) FROM silo.complete_many(ARRAY[%L, %L]::uuid[], %L)',
+						  :'f1task', :'rt', 'w1')) AS complete_many_with_refresh;
 -- the messages say what to do
 SELECT pg_temp.try(format('SELECT silo.complete(%L, %L)', :'rt', 'w1')) AS complete_refresh;
 SELECT pg_temp.try(format('SELECT silo.report_refresh(%L, %L, 3)', :'f1task', 'w1')) AS report_refresh_on_run;

@@ -3,7 +3,8 @@
 -- script silo--X--Y.sql and is checked here by creating the oldest
 -- version and updating to the default.
 
--- every version PostgreSQL can install, and the default one (1.1: limits)
+-- every version PostgreSQL can install, and the default one (1.1: limits;
+-- 1.2: complete_many, plans that need no statistics)
 SELECT version, installed FROM pg_available_extension_versions
  WHERE name = 'silo' ORDER BY version;
 
@@ -32,6 +33,15 @@ SELECT status FROM silo.jobs WHERE id = 'old1';
 SELECT silo.enqueue('upgrade-new', id => 'new1',
                     limits => '[{"type": "concurrency", "key": "u", "maxConcurrency": 1}]');
 SELECT holders, requesters FROM silo.queues WHERE queue = 'u';
+-- and 1.2's: complete_many, and every SQL entry point plans without
+-- sequential scans or JIT
+SELECT count(*) AS completed FROM silo.complete_many((SELECT array_agg(task_id) FROM silo.lease('w', 'upgrade-new')), 'w');
+SELECT p.proname, p.proconfig FROM pg_proc p
+ WHERE p.pronamespace = 'silo'::regnamespace AND p.prosecdef
+   AND NOT (p.proconfig @> ARRAY['enable_seqscan=off', 'jit=off'])
+ ORDER BY 1;
+SELECT count(*) AS definer_functions FROM pg_proc p
+ WHERE p.pronamespace = 'silo'::regnamespace AND p.prosecdef;
 
 -- re-creating keeps exactly one purge job in pg_cron
 SELECT count(*) FROM cron.job WHERE jobname = 'silo-purge-terminal-jobs';

@@ -449,6 +449,16 @@ broker_run(MemoryContext loopcxt, const char *activity, void (*fn) (void *), voi
 	return ok;
 }
 
+/*
+ * broker_notify_step: send the wake-ups that other transactions deferred
+ * (notify.c); *arg gets the ms until the next one is due, or -1.
+ */
+static void
+broker_notify_step(void *arg)
+{
+	*(long *) arg = silo_notify_send_deferred();
+}
+
 /* What one sweep round reports back to broker_tick. */
 typedef struct BrokerSweepRound
 {
@@ -628,6 +638,7 @@ silo_broker_main(Datum main_arg)
 {
 	MemoryContext loopcxt;
 	TimestampTz last_ensure = 0;
+	TimestampTz next_tick = 0;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -646,6 +657,17 @@ silo_broker_main(Datum main_arg)
 	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("idle_in_transaction_session_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+
+	/*
+	 * The broker's statements are built around indexes, and the plans it
+	 * caches must not turn into sequential scans because a queue table was
+	 * empty when they were made (the SQL API functions carry the same
+	 * settings; docs/performance.md).  A disabled scan that has no
+	 * alternative costs 1e10, which would make every such statement
+	 * JIT-compiled: short queue statements never gain from JIT.
+	 */
+	SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	silo_shmem_set_broker(true);
 	silo_limits_set_broker();
 	ereport(LOG,
@@ -655,18 +677,30 @@ silo_broker_main(Datum main_arg)
 									ALLOCSET_DEFAULT_SIZES);
 	for (;;)
 	{
-		long		sleep_ms = BROKER_MAX_SLEEP_MS;
+		long		sleep_ms;
+		TimestampTz now;
 
 		broker_check_interrupts();
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			next_tick = 0;		/* silo.broker_paused may have changed */
 		}
 
+		/*
+		 * A round runs when it is due or was asked for; a latch set only
+		 * for deferred wake-ups (below) does not cost a round.
+		 */
 		MemoryContextSwitchTo(loopcxt);
-		if (!silo_broker_paused)
-			sleep_ms = broker_tick(loopcxt);
+		if (silo_broker_take_tick_request() || GetCurrentTimestamp() >= next_tick)
+		{
+			long		tick_ms = BROKER_MAX_SLEEP_MS;
+
+			if (!silo_broker_paused)
+				tick_ms = broker_tick(loopcxt);
+			next_tick = GetCurrentTimestamp() + (TimestampTz) tick_ms * 1000;
+		}
 		if (GetCurrentTimestamp() - last_ensure >= BROKER_ENSURE_INTERVAL_MS * 1000)
 		{
 			(void) broker_run(loopcxt, "silo broker: check purge job",
@@ -674,6 +708,19 @@ silo_broker_main(Datum main_arg)
 			(void) broker_run(loopcxt, "silo broker: idle rate-limit buckets",
 							  broker_buckets_step, NULL);
 			last_ensure = GetCurrentTimestamp();
+		}
+
+		/* Trailing wake-ups of coalesced notifications, paused or not. */
+		now = GetCurrentTimestamp();
+		sleep_ms = next_tick > now ? (long) ((next_tick - now + 999) / 1000) : 0;
+		if (silo_notify_any_pending())
+		{
+			long		next_ms = -1;
+
+			(void) broker_run(loopcxt, "silo broker: deferred wake-ups",
+							  broker_notify_step, &next_ms);
+			if (next_ms >= 0 && next_ms < sleep_ms)
+				sleep_ms = next_ms;
 		}
 		MemoryContextReset(loopcxt);
 

@@ -155,8 +155,9 @@ silo_wake_broker_at_commit(void)
 
 /*
  * silo_xact_callback: sends the transaction's coalesced wake-up
- * notifications at pre-commit, wakes the broker after a commit that asked
- * for it, and forgets both on abort.
+ * notifications at pre-commit (hands the skipped ones to the broker after
+ * the commit), wakes the broker after a commit that asked for it, and
+ * forgets both on abort.
  */
 static void
 silo_xact_callback(XactEvent event, void *arg)
@@ -172,6 +173,7 @@ silo_xact_callback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
+			silo_notify_post_commit();
 			if (silo_broker_wake_pending)
 			{
 				silo_broker_wake_pending = false;

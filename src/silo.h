@@ -61,7 +61,7 @@ extern int	silo_clock_offset_ms;
 #define SILO_LOCKTAG_CLASS		0x5110
 
 /* The extension version this library implements (silo.control). */
-#define SILO_EXTENSION_VERSION	"1.1"
+#define SILO_EXTENSION_VERSION	"1.2"
 
 /* The pg_cron job that runs the retention purge. */
 #define SILO_PURGE_JOB_NAME		"silo-purge-terminal-jobs"
@@ -138,12 +138,19 @@ extern void silo_shmem_startup(void);
 extern void silo_shmem_set_broker(bool attach);
 extern int	silo_shmem_broker_pid(void);
 extern void silo_wake_broker(void);
+extern void silo_wake_broker_latch(void);
+extern bool silo_broker_take_tick_request(void);
 extern bool silo_refresh_hint(void);
 extern void silo_set_refresh_hint(bool on);
 extern void silo_notify_group(const char *task_group);
 extern void silo_notify_pre_commit(void);
+extern void silo_notify_post_commit(void);
 extern void silo_notify_forget(void);
 extern void silo_notify_subxact_end(bool commit);
+extern void silo_notify_shmem_request(void);
+extern void silo_notify_shmem_startup(void);
+extern bool silo_notify_any_pending(void);
+extern long silo_notify_send_deferred(void);
 
 /* silo.c */
 extern void silo_wake_broker_at_commit(void);

@@ -5,7 +5,12 @@
  *	  columns, silo's clock, and UUID generation.
  *
  * Every statement silo runs is prepared once per backend and kept
- * (SPI_keepplan), so the hot paths pay no parse or plan cost.
+ * (SPI_keepplan) as a generic plan, so the hot paths pay no parse or plan
+ * cost.  The plans are generic on purpose: queue statements are written
+ * for one index path each, and the plan cache's habit of re-planning a
+ * statement whose generic cost looks worse than its custom plans (which
+ * an ORDER BY ... LIMIT $n or an = ANY($1) easily triggers) cost a tenth
+ * of the CPU of a lease-and-complete batch (docs/performance.md).
  *
  *-------------------------------------------------------------------------
  */
@@ -43,7 +48,8 @@ silo_exec(SPIPlanPtr *plan, const char *sql, int nargs, const Oid *argtypes,
 
 	if (*plan == NULL)
 	{
-		SPIPlanPtr	p = SPI_prepare(sql, nargs, (Oid *) argtypes);
+		SPIPlanPtr	p = SPI_prepare_cursor(sql, nargs, (Oid *) argtypes,
+										   CURSOR_OPT_GENERIC_PLAN);
 
 		if (p == NULL)
 			elog(ERROR, "silo: could not prepare \"%s\": %s",

@@ -1,24 +1,32 @@
 #!/bin/sh
-# Burn-down run of one peer queue system (pg-boss or graphile-worker).
+# One benchmark cell of a peer queue system (pg-boss or graphile-worker).
 #
-#   bench/peers/run-peer.sh SYSTEM CONNINFO JOBS WORKERS BATCH
+#   bench/peers/run-peer.sh SYSTEM CONNINFO JOBS WORKERS BATCH                 burn-down
+#   bench/peers/run-peer.sh SYSTEM CONNINFO steady WORKERS BATCH RATE SECONDS  steady state
 #
 #   SYSTEM   pgboss | graphile
 #   CONNINFO libpq conninfo ("host=/tmp/x port=55497 dbname=postgres user=postgres")
 #            or a postgres:// URL
-#   JOBS     jobs pre-inserted and then drained
+#   JOBS     burn: jobs pre-inserted (bulk API) and then drained
 #   WORKERS  concurrent worker loops (pg-boss) / concurrency (graphile-worker)
 #   BATCH    1 = no batching; >1 = the system's documented batching (README.md)
+#   RATE     steady: total rate of single-job enqueues, jobs/s
+#   SECONDS  steady: length of the producing window
+#
+#   PEER_MAX_SECONDS (default 60) caps a burn drain (then "partial":true, exit 0)
+#   and the drain after a steady window. Other knobs: README.md.
 #
 # Prints exactly one JSON line on stdout:
-#   {"system":..,"workload":"burn","clients":W,"batch":B,"jobs":N,"seconds":S,"rate":R}
+#   burn:   {"system","workload":"burn","clients","batch","jobs","seconds","rate","partial"}
+#   steady: {"system","workload":"steady","clients","batch","target_rate","rate","jobs",
+#            "seconds","p50_ms","p99_ms","p999_ms","max_depth","mean_depth","dead_tuples",...}
 # All logs go to stderr. Drops and recreates the system's schema (pgboss /
 # graphile_worker) in the target database. Installs the pinned npm packages
 # (npm ci, from package-lock.json) into bench/peers/node_modules on first use.
 set -eu
 
-if [ "$#" -ne 5 ]; then
-    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2
+if ! { [ "$#" -eq 5 ] && [ "$3" != steady ]; } && ! { [ "$#" -eq 7 ] && [ "$3" = steady ]; }; then
+    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 fi
 

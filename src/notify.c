@@ -1,0 +1,315 @@
+/*-------------------------------------------------------------------------
+ *
+ * notify.c
+ *	  Wake-up notifications on channel silo_task_ready, coalesced per task
+ *	  group, with a trailing edge sent by the broker.
+ *
+ * A transaction that makes work due for a task group remembers the group
+ * (silo_notify_group); at pre-commit it queues one NOTIFY per group.  In
+ * PostgreSQL 15 every notifying commit takes a cluster-wide lock, so a
+ * NOTIFY per enqueue would serialize producers' commits: a group notified
+ * less than silo.notify_coalesce_ms ago is not notified again.  Skipping
+ * alone would lose wake-ups -- the workers woken by the earlier NOTIFY may
+ * have looked before this transaction's work was visible -- so after the
+ * commit the skipped group is marked pending, and the broker sends the
+ * NOTIFY once the window has passed.  No wake-up is lost and none comes
+ * later than one window after the commit (plus the broker's wake-up).
+ *
+ * The table maps a group to its last NOTIFY time and pending flag, one
+ * entry per group (open addressing, entries are never reused for another
+ * group), under one spinlock held for a few instructions.  A group that
+ * finds the table full, or no broker to send trailing NOTIFYs, is always
+ * notified.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "silo.h"
+
+#include "access/xact.h"
+#include "commands/async.h"
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "nodes/pg_list.h"
+#include "port/atomics.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/memutils.h"
+
+#define NOTIFY_ENTRIES 512
+
+typedef struct NotifyEntry
+{
+	bool		used;
+	bool		pending;		/* a skipped wake-up awaits the broker */
+	TimestampTz last;			/* when the group's last NOTIFY was queued */
+	char		group[SILO_MAX_GROUP_LEN + 1];
+} NotifyEntry;
+
+typedef struct NotifyShared
+{
+	slock_t		mutex;
+	pg_atomic_uint32 any_pending;	/* broker's fast check */
+	NotifyEntry entries[NOTIFY_ENTRIES];
+} NotifyShared;
+
+static NotifyShared *notify_shared = NULL;
+
+/*
+ * Task groups this transaction made work for, each with the subtransaction
+ * nesting level that added it (a rolled-back subtransaction's groups are
+ * forgotten), and whether pre-commit skipped its NOTIFY.
+ */
+typedef struct NotifyGroup
+{
+	char	   *task_group;
+	int			level;
+	bool		deferred;
+} NotifyGroup;
+
+static List *notify_groups = NIL;
+
+/*
+ * silo_notify_shmem_request / silo_notify_shmem_startup: reserve and
+ * initialise the table (called from shmem.c's hooks, under
+ * AddinShmemInitLock).
+ */
+void
+silo_notify_shmem_request(void)
+{
+	RequestAddinShmemSpace(MAXALIGN(sizeof(NotifyShared)));
+}
+
+void
+silo_notify_shmem_startup(void)
+{
+	bool		found;
+
+	notify_shared = ShmemInitStruct("silo notify", sizeof(NotifyShared), &found);
+	if (!found)
+	{
+		memset(notify_shared, 0, sizeof(NotifyShared));
+		SpinLockInit(&notify_shared->mutex);
+		pg_atomic_init_u32(&notify_shared->any_pending, 0);
+	}
+}
+
+/*
+ * notify_find: the group's entry, claimed if it has none yet; NULL when
+ * the table is full.  Caller holds the mutex.
+ */
+static NotifyEntry *
+notify_find(const char *task_group)
+{
+	uint32		h = hash_bytes((const unsigned char *) task_group, strlen(task_group));
+	int			i;
+
+	for (i = 0; i < NOTIFY_ENTRIES; i++)
+	{
+		NotifyEntry *e = &notify_shared->entries[(h + i) % NOTIFY_ENTRIES];
+
+		if (!e->used)
+		{
+			e->used = true;
+			e->pending = false;
+			e->last = 0;
+			strlcpy(e->group, task_group, sizeof(e->group));
+			return e;
+		}
+		if (strcmp(e->group, task_group) == 0)
+			return e;
+	}
+	return NULL;
+}
+
+/*
+ * silo_notify_group: remember that task_group has new due work, so that
+ * the transaction's commit wakes its workers.  The NOTIFY itself is only
+ * ever sent by a committing transaction.
+ */
+void
+silo_notify_group(const char *task_group)
+{
+	ListCell   *lc;
+	MemoryContext old;
+	NotifyGroup *g;
+
+	foreach(lc, notify_groups)
+	{
+		g = (NotifyGroup *) lfirst(lc);
+		if (strcmp(g->task_group, task_group) == 0)
+			return;
+	}
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	g = palloc(sizeof(NotifyGroup));
+	g->task_group = pstrdup(task_group);
+	g->level = GetCurrentTransactionNestLevel();
+	g->deferred = false;
+	notify_groups = lappend(notify_groups, g);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * silo_notify_subxact_end: a subtransaction at the current nesting level
+ * ends.  If it commits, its groups now belong to its parent; if it aborts,
+ * its work is gone and so are its wake-ups.
+ */
+void
+silo_notify_subxact_end(bool commit)
+{
+	int			level = GetCurrentTransactionNestLevel();
+	ListCell   *lc;
+
+	foreach(lc, notify_groups)
+	{
+		NotifyGroup *g = (NotifyGroup *) lfirst(lc);
+
+		if (g->level < level)
+			continue;
+		if (commit)
+			g->level = level - 1;
+		else
+			notify_groups = foreach_delete_current(notify_groups, lc);
+	}
+}
+
+/*
+ * silo_notify_pre_commit: queue a NOTIFY for each remembered group, or
+ * mark it deferred when the group was notified within the window.  The
+ * decision is stamped here, at pre-commit, so that a transaction that
+ * aborts, or stays open for long, never suppresses another's wake-up.
+ */
+void
+silo_notify_pre_commit(void)
+{
+	ListCell   *lc;
+	bool		coalesce;
+	TimestampTz now = 0;
+
+	coalesce = notify_shared != NULL && silo_notify_coalesce_ms > 0 &&
+		silo_shmem_broker_pid() != 0;
+	if (coalesce)
+		now = GetCurrentTimestamp();
+	foreach(lc, notify_groups)
+	{
+		NotifyGroup *g = (NotifyGroup *) lfirst(lc);
+
+		if (coalesce)
+		{
+			NotifyEntry *e;
+
+			SpinLockAcquire(&notify_shared->mutex);
+			e = notify_find(g->task_group);
+			if (e != NULL && now - e->last < (TimestampTz) silo_notify_coalesce_ms * 1000)
+				g->deferred = true;
+			else if (e != NULL)
+				e->last = now;
+			SpinLockRelease(&notify_shared->mutex);
+		}
+		if (!g->deferred)
+			Async_Notify(SILO_NOTIFY_CHANNEL, g->task_group);
+	}
+}
+
+/*
+ * silo_notify_post_commit: the transaction committed; its deferred groups
+ * become pending, and the broker is woken to send their NOTIFY when the
+ * window has passed.  Runs in the commit callback: no errors, no
+ * allocation.
+ */
+void
+silo_notify_post_commit(void)
+{
+	ListCell   *lc;
+	bool		wake = false;
+
+	foreach(lc, notify_groups)
+	{
+		NotifyGroup *g = (NotifyGroup *) lfirst(lc);
+		NotifyEntry *e;
+
+		if (!g->deferred)
+			continue;
+		SpinLockAcquire(&notify_shared->mutex);
+		e = notify_find(g->task_group);
+		if (e != NULL && !e->pending)
+		{
+			e->pending = true;
+			wake = true;
+		}
+		SpinLockRelease(&notify_shared->mutex);
+	}
+	notify_groups = NIL;
+	if (wake)
+	{
+		pg_atomic_write_u32(&notify_shared->any_pending, 1);
+		silo_wake_broker_latch();
+	}
+}
+
+/*
+ * silo_notify_forget: the transaction ended without committing; its list
+ * went away with TopTransactionContext.
+ */
+void
+silo_notify_forget(void)
+{
+	notify_groups = NIL;
+}
+
+/*
+ * silo_notify_any_pending: whether a deferred wake-up waits for the
+ * broker (a lock-free check, so an idle broker starts no transaction).
+ */
+bool
+silo_notify_any_pending(void)
+{
+	return notify_shared != NULL && pg_atomic_read_u32(&notify_shared->any_pending) != 0;
+}
+
+/*
+ * silo_notify_send_deferred: the broker's side.  Sends, in the current
+ * transaction, a NOTIFY for every pending group whose window has passed,
+ * and returns how long until the next one is due (-1: none pending).
+ */
+long
+silo_notify_send_deferred(void)
+{
+	char		due[NOTIFY_ENTRIES][SILO_MAX_GROUP_LEN + 1];
+	int			ndue = 0;
+	long		next_ms = -1;
+	TimestampTz now;
+	TimestampTz window = (TimestampTz) silo_notify_coalesce_ms * 1000;
+	int			i;
+
+	if (notify_shared == NULL ||
+		pg_atomic_exchange_u32(&notify_shared->any_pending, 0) == 0)
+		return -1;
+	now = GetCurrentTimestamp();
+	SpinLockAcquire(&notify_shared->mutex);
+	for (i = 0; i < NOTIFY_ENTRIES; i++)
+	{
+		NotifyEntry *e = &notify_shared->entries[i];
+
+		if (!e->used || !e->pending)
+			continue;
+		if (now - e->last >= window)
+		{
+			memcpy(due[ndue++], e->group, sizeof(e->group));
+			e->pending = false;
+			e->last = now;
+		}
+		else
+		{
+			long		ms = (long) ((e->last + window - now + 999) / 1000);
+
+			if (next_ms < 0 || ms < next_ms)
+				next_ms = ms;
+		}
+	}
+	SpinLockRelease(&notify_shared->mutex);
+	if (next_ms >= 0)
+		pg_atomic_write_u32(&notify_shared->any_pending, 1);
+	for (i = 0; i < ndue; i++)
+		Async_Notify(SILO_NOTIFY_CHANNEL, due[i]);
+	return next_ms;
+}
