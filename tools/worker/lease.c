@@ -30,9 +30,9 @@ static bool ever_leased;		/* a lease has worked since startup */
 /*
  * lease_complete_noop_batch
  *		Complete the first n leased tasks of a no-op batch, refresh tasks
- *		left out, in one round trip.  If that fails (typically one lease was
- *		lost and the whole statement rolled back), complete them one at a
- *		time instead.
+ *		left out, in one round trip with silo.complete_many, which skips
+ *		tasks whose lease was lost (counted as lost).  If the call fails
+ *		(an extension older than 1.2), complete them one at a time.
  */
 static void
 lease_complete_noop_batch(PGresult *res, int n)
@@ -42,6 +42,7 @@ lease_complete_noop_batch(PGresult *res, int n)
 	StrBuf		ids = {0};
 	const char *params[2];
 	QueryStatus qs;
+	PGresult   *done = NULL;
 
 	sb_puts(&ids, "{");
 	for (i = 0; i < n; i++)
@@ -60,11 +61,15 @@ lease_complete_noop_batch(PGresult *res, int n)
 	}
 	params[0] = opt.worker_id;
 	params[1] = ids.data;
-	qs = db_query("complete batch", SQL_COMPLETE_MANY, 2, params, NULL);
+	qs = db_query("complete batch", SQL_COMPLETE_MANY, 2, params, &done);
 	sb_free(&ids);
 	if (qs == QS_OK)
 	{
-		stats.succeeded += njob;
+		int			completed = atoi(PQgetvalue(done, 0, 0));
+
+		PQclear(done);
+		stats.succeeded += completed;
+		stats.lost += njob - completed;
 		return;
 	}
 	for (i = 0; i < n; i++)

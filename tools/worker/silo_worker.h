@@ -82,7 +82,7 @@
 	"FROM unnest($2::uuid[]) AS t"
 #define SQL_COMPLETE "SELECT silo.complete($1::uuid, $2::text, $3::jsonb)"
 #define SQL_COMPLETE_MANY \
-	"SELECT silo.complete(t, $1::text, NULL) FROM unnest($2::uuid[]) AS t"
+	"SELECT count(*) FROM silo.complete_many($2::uuid[], $1::text)"
 #define SQL_FAIL "SELECT silo.fail($1::uuid, $2::text, $3::text, $4::jsonb)"
 #define SQL_ACK_CANCEL "SELECT silo.ack_cancel($1::uuid, $2::text)"
 #define SQL_RELEASE "SELECT silo.release($1::uuid, $2::text)"
