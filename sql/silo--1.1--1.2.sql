@@ -27,12 +27,17 @@ GRANT EXECUTE ON FUNCTION silo.complete_many(uuid[], text, jsonb[]) TO silo_work
  * too: such a scan is costed at 1e10, over every JIT threshold, and short
  * queue statements never gain from compiling.
  */
+-- (Only the extension's own functions.  A later script that re-creates
+-- one of them with CREATE OR REPLACE must give it both settings again.)
 DO $$
 DECLARE
 	f regprocedure;
 BEGIN
 	FOR f IN
 		SELECT p.oid::regprocedure FROM pg_proc p
+		  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+						  AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+		  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'silo'
 		 WHERE p.pronamespace = 'silo'::regnamespace AND p.prosecdef
 	LOOP
 		EXECUTE format('ALTER FUNCTION %s SET enable_seqscan = off SET jit = off', f);

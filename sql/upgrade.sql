@@ -38,7 +38,7 @@ SELECT holders, requesters FROM silo.queues WHERE queue = 'u';
 SELECT count(*) AS completed FROM silo.complete_many((SELECT array_agg(task_id) FROM silo.lease('w', 'upgrade-new')), 'w');
 SELECT p.proname, p.proconfig FROM pg_proc p
  WHERE p.pronamespace = 'silo'::regnamespace AND p.prosecdef
-   AND NOT (p.proconfig @> ARRAY['enable_seqscan=off', 'jit=off'])
+   AND NOT (coalesce(p.proconfig, '{}') @> ARRAY['enable_seqscan=off', 'jit=off'])
  ORDER BY 1;
 SELECT count(*) AS definer_functions FROM pg_proc p
  WHERE p.pronamespace = 'silo'::regnamespace AND p.prosecdef;

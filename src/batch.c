@@ -123,9 +123,14 @@ silo_complete_many(PG_FUNCTION_ARGS)
 	uint64		nrun = 0;
 	int64		nended;
 
-	silo_require_arg(fcinfo, 0, "task_ids");
-	task_ids = PG_GETARG_ARRAYTYPE_P(0);
 	worker_id = silo_text_arg(fcinfo, 1, "worker_id", 1, SILO_MAX_WORKER_LEN);
+
+	/*
+	 * NULL is an empty batch: array_agg over a lease that returned nothing
+	 * gives NULL, and "lease, then complete what was leased" must not fail
+	 * on an empty queue.
+	 */
+	task_ids = PG_ARGISNULL(0) ? construct_empty_array(UUIDOID) : PG_GETARG_ARRAYTYPE_P(0);
 	ntasks = batch_check_task_ids(task_ids);
 	if (!PG_ARGISNULL(2))
 		batch_check_results(PG_GETARG_ARRAYTYPE_P(2), ntasks);

@@ -450,13 +450,42 @@ broker_run(MemoryContext loopcxt, const char *activity, void (*fn) (void *), voi
 }
 
 /*
- * broker_notify_step: send the wake-ups that other transactions deferred
- * (notify.c); *arg gets the ms until the next one is due, or -1.
+ * broker_send_wakeups: send the wake-up notifications other transactions
+ * deferred (notify.c), in a transaction of its own that needs neither
+ * SPI nor silo's schema (so they go out during an upgrade window too).
+ * If the commit fails, the wake-ups are pending again.  Returns the ms
+ * until the next one is due, or -1.
  */
-static void
-broker_notify_step(void *arg)
+static long
+broker_send_wakeups(MemoryContext loopcxt)
 {
-	*(long *) arg = silo_notify_send_deferred();
+	static char sent[SILO_NOTIFY_ENTRIES][SILO_NOTIFY_NAME_BYTES];
+	int			nsent = 0;
+	volatile long next_ms = -1;
+
+	if (!silo_notify_any_pending())
+		return -1;
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PG_TRY();
+	{
+		pgstat_report_activity(STATE_RUNNING, "silo broker: deferred wake-ups");
+		next_ms = silo_notify_send_deferred(sent, &nsent);
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(loopcxt);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		silo_notify_requeue(sent, nsent);
+		next_ms = BROKER_MAX_SLEEP_MS;
+	}
+	PG_END_TRY();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	MemoryContextSwitchTo(loopcxt);
+	return next_ms;
 }
 
 /* What one sweep round reports back to broker_tick. */
@@ -547,6 +576,8 @@ broker_rounds(MemoryContext loopcxt, const char *activity, void (*step) (void *)
 		if (!broker_run(loopcxt, activity, step, &round))
 			break;
 		broker_check_interrupts();
+		/* a long round must not hold back deferred wake-ups */
+		(void) broker_send_wakeups(loopcxt);
 	} while (round.more && ++rounds < BROKER_MAX_SWEEP_ROUNDS);
 }
 
@@ -683,9 +714,14 @@ silo_broker_main(Datum main_arg)
 		broker_check_interrupts();
 		if (ConfigReloadPending)
 		{
+			bool		was_paused = silo_broker_paused;
+
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			next_tick = 0;		/* silo.broker_paused may have changed */
+			if (was_paused != silo_broker_paused)
+				ereport(LOG,
+						(errmsg("silo broker %s", silo_broker_paused ? "paused" : "resumed")));
 		}
 
 		/*
@@ -693,6 +729,7 @@ silo_broker_main(Datum main_arg)
 		 * for deferred wake-ups (below) does not cost a round.
 		 */
 		MemoryContextSwitchTo(loopcxt);
+		(void) broker_send_wakeups(loopcxt);
 		if (silo_broker_take_tick_request() || GetCurrentTimestamp() >= next_tick)
 		{
 			long		tick_ms = BROKER_MAX_SLEEP_MS;
@@ -705,20 +742,19 @@ silo_broker_main(Datum main_arg)
 		{
 			(void) broker_run(loopcxt, "silo broker: check purge job",
 							  broker_ensure_purge_job, NULL);
-			(void) broker_run(loopcxt, "silo broker: idle rate-limit buckets",
-							  broker_buckets_step, NULL);
+			/* paused means no maintenance at all (tests rely on it) */
+			if (!silo_broker_paused)
+				(void) broker_run(loopcxt, "silo broker: idle rate-limit buckets",
+								  broker_buckets_step, NULL);
 			last_ensure = GetCurrentTimestamp();
 		}
 
 		/* Trailing wake-ups of coalesced notifications, paused or not. */
 		now = GetCurrentTimestamp();
 		sleep_ms = next_tick > now ? (long) ((next_tick - now + 999) / 1000) : 0;
-		if (silo_notify_any_pending())
 		{
-			long		next_ms = -1;
+			long		next_ms = broker_send_wakeups(loopcxt);
 
-			(void) broker_run(loopcxt, "silo broker: deferred wake-ups",
-							  broker_notify_step, &next_ms);
 			if (next_ms >= 0 && next_ms < sleep_ms)
 				sleep_ms = next_ms;
 		}

@@ -15,11 +15,13 @@
  * NOTIFY once the window has passed.  No wake-up is lost and none comes
  * later than one window after the commit (plus the broker's wake-up).
  *
- * The table maps a group to its last NOTIFY time and pending flag, one
- * entry per group (open addressing, entries are never reused for another
- * group), under one spinlock held for a few instructions.  A group that
- * finds the table full, or no broker to send trailing NOTIFYs, is always
- * notified.
+ * The table maps a group to its last NOTIFY time, whether a wake-up is
+ * pending and when it is due (the deferring session's window), one entry
+ * per group (open addressing; entries are never reused for another group,
+ * so at most NOTIFY_ENTRIES groups are coalesced and any further ones are
+ * always notified), under one spinlock held for a few instructions.  A
+ * transaction notifies without coalescing when no broker is running.  A
+ * clock that stepped back counts as the window having passed.
  *
  *-------------------------------------------------------------------------
  */
@@ -35,14 +37,16 @@
 #include "storage/spin.h"
 #include "utils/memutils.h"
 
-#define NOTIFY_ENTRIES 512
+#define NOTIFY_ENTRIES SILO_NOTIFY_ENTRIES
+#define NOTIFY_NAME_BYTES SILO_NOTIFY_NAME_BYTES
 
 typedef struct NotifyEntry
 {
 	bool		used;
 	bool		pending;		/* a skipped wake-up awaits the broker */
 	TimestampTz last;			/* when the group's last NOTIFY was queued */
-	char		group[SILO_MAX_GROUP_LEN + 1];
+	TimestampTz due;			/* when the pending wake-up is to be sent */
+	char		group[NOTIFY_NAME_BYTES];
 } NotifyEntry;
 
 typedef struct NotifyShared
@@ -64,6 +68,7 @@ typedef struct NotifyGroup
 	char	   *task_group;
 	int			level;
 	bool		deferred;
+	TimestampTz due;			/* deferred: when the window ends */
 } NotifyGroup;
 
 static List *notify_groups = NIL;
@@ -100,9 +105,12 @@ silo_notify_shmem_startup(void)
 static NotifyEntry *
 notify_find(const char *task_group)
 {
-	uint32		h = hash_bytes((const unsigned char *) task_group, strlen(task_group));
+	size_t		len = strlen(task_group);
+	uint32		h = hash_bytes((const unsigned char *) task_group, len);
 	int			i;
 
+	if (len >= NOTIFY_NAME_BYTES)
+		return NULL;			/* never truncate: such a group is not coalesced */
 	for (i = 0; i < NOTIFY_ENTRIES; i++)
 	{
 		NotifyEntry *e = &notify_shared->entries[(h + i) % NOTIFY_ENTRIES];
@@ -119,6 +127,17 @@ notify_find(const char *task_group)
 			return e;
 	}
 	return NULL;
+}
+
+/*
+ * notify_window_passed: whether a NOTIFY at now may follow one at last
+ * with window between them.  A clock that stepped back (last in the
+ * future) counts as passed, so a clock step never silences a group.
+ */
+static bool
+notify_window_passed(TimestampTz last, TimestampTz now, TimestampTz window)
+{
+	return now < last || now - last >= window;
 }
 
 /*
@@ -144,6 +163,7 @@ silo_notify_group(const char *task_group)
 	g->task_group = pstrdup(task_group);
 	g->level = GetCurrentTransactionNestLevel();
 	g->deferred = false;
+	g->due = 0;
 	notify_groups = lappend(notify_groups, g);
 	MemoryContextSwitchTo(old);
 }
@@ -184,9 +204,12 @@ silo_notify_pre_commit(void)
 	ListCell   *lc;
 	bool		coalesce;
 	TimestampTz now = 0;
+	TimestampTz window = (TimestampTz) silo_notify_coalesce_ms * 1000;
 
-	coalesce = notify_shared != NULL && silo_notify_coalesce_ms > 0 &&
-		silo_shmem_broker_pid() != 0;
+	/* Most commits in the cluster have nothing to do with silo. */
+	if (notify_groups == NIL)
+		return;
+	coalesce = notify_shared != NULL && window > 0 && silo_shmem_broker_pid() != 0;
 	if (coalesce)
 		now = GetCurrentTimestamp();
 	foreach(lc, notify_groups)
@@ -199,8 +222,11 @@ silo_notify_pre_commit(void)
 
 			SpinLockAcquire(&notify_shared->mutex);
 			e = notify_find(g->task_group);
-			if (e != NULL && now - e->last < (TimestampTz) silo_notify_coalesce_ms * 1000)
+			if (e != NULL && !notify_window_passed(e->last, now, window))
+			{
 				g->deferred = true;
+				g->due = e->last + window;
+			}
 			else if (e != NULL)
 				e->last = now;
 			SpinLockRelease(&notify_shared->mutex);
@@ -234,8 +260,11 @@ silo_notify_post_commit(void)
 		if (e != NULL && !e->pending)
 		{
 			e->pending = true;
+			e->due = g->due;
 			wake = true;
 		}
+		else if (e != NULL && g->due < e->due)
+			e->due = g->due;
 		SpinLockRelease(&notify_shared->mutex);
 	}
 	notify_groups = NIL;
@@ -267,20 +296,21 @@ silo_notify_any_pending(void)
 }
 
 /*
- * silo_notify_send_deferred: the broker's side.  Sends, in the current
- * transaction, a NOTIFY for every pending group whose window has passed,
- * and returns how long until the next one is due (-1: none pending).
+ * silo_notify_send_deferred: the broker's side.  Queues, in the current
+ * transaction, a NOTIFY for every pending group whose wake-up is due,
+ * and returns how long until the next one is due (-1: none pending).  The
+ * groups sent are copied to *sent (up to NOTIFY_ENTRIES names), so that
+ * silo_notify_requeue can mark them pending again if the transaction
+ * fails to commit.
  */
 long
-silo_notify_send_deferred(void)
+silo_notify_send_deferred(char (*sent)[SILO_NOTIFY_NAME_BYTES], int *nsent)
 {
-	char		due[NOTIFY_ENTRIES][SILO_MAX_GROUP_LEN + 1];
-	int			ndue = 0;
 	long		next_ms = -1;
 	TimestampTz now;
-	TimestampTz window = (TimestampTz) silo_notify_coalesce_ms * 1000;
 	int			i;
 
+	*nsent = 0;
 	if (notify_shared == NULL ||
 		pg_atomic_exchange_u32(&notify_shared->any_pending, 0) == 0)
 		return -1;
@@ -292,15 +322,16 @@ silo_notify_send_deferred(void)
 
 		if (!e->used || !e->pending)
 			continue;
-		if (now - e->last >= window)
+		if (now >= e->due || e->due - now > (TimestampTz) 60000 * 1000)
 		{
-			memcpy(due[ndue++], e->group, sizeof(e->group));
+			/* due (or due absurdly late after a clock step): send now */
+			memcpy(sent[(*nsent)++], e->group, NOTIFY_NAME_BYTES);
 			e->pending = false;
 			e->last = now;
 		}
 		else
 		{
-			long		ms = (long) ((e->last + window - now + 999) / 1000);
+			long		ms = (long) ((e->due - now + 999) / 1000);
 
 			if (next_ms < 0 || ms < next_ms)
 				next_ms = ms;
@@ -309,7 +340,33 @@ silo_notify_send_deferred(void)
 	SpinLockRelease(&notify_shared->mutex);
 	if (next_ms >= 0)
 		pg_atomic_write_u32(&notify_shared->any_pending, 1);
-	for (i = 0; i < ndue; i++)
-		Async_Notify(SILO_NOTIFY_CHANNEL, due[i]);
+	for (i = 0; i < *nsent; i++)
+		Async_Notify(SILO_NOTIFY_CHANNEL, sent[i]);
 	return next_ms;
+}
+
+/*
+ * silo_notify_requeue: the broker's transaction that was to send these
+ * wake-ups failed; they are pending again, due at once.
+ */
+void
+silo_notify_requeue(char (*sent)[SILO_NOTIFY_NAME_BYTES], int nsent)
+{
+	int			i;
+
+	if (notify_shared == NULL || nsent == 0)
+		return;
+	SpinLockAcquire(&notify_shared->mutex);
+	for (i = 0; i < nsent; i++)
+	{
+		NotifyEntry *e = notify_find(sent[i]);
+
+		if (e != NULL)
+		{
+			e->pending = true;
+			e->due = 0;
+		}
+	}
+	SpinLockRelease(&notify_shared->mutex);
+	pg_atomic_write_u32(&notify_shared->any_pending, 1);
 }

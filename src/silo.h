@@ -28,6 +28,7 @@
 
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "mb/pg_wchar.h"
 #include "nodes/pg_list.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
@@ -150,7 +151,13 @@ extern void silo_notify_subxact_end(bool commit);
 extern void silo_notify_shmem_request(void);
 extern void silo_notify_shmem_startup(void);
 extern bool silo_notify_any_pending(void);
-extern long silo_notify_send_deferred(void);
+
+/* groups coalesced at most; a task group name is at most SILO_MAX_GROUP_LEN
+ * characters, not bytes */
+#define SILO_NOTIFY_ENTRIES 512
+#define SILO_NOTIFY_NAME_BYTES (SILO_MAX_GROUP_LEN * MAX_MULTIBYTE_CHAR_LEN + 1)
+extern long silo_notify_send_deferred(char (*sent)[SILO_NOTIFY_NAME_BYTES], int *nsent);
+extern void silo_notify_requeue(char (*sent)[SILO_NOTIFY_NAME_BYTES], int nsent);
 
 /* silo.c */
 extern void silo_wake_broker_at_commit(void);

@@ -55,9 +55,10 @@ sub collect
 # Two enqueues within one window: the second is notified by the broker.
 # ---------------------------------------------------------------------------
 
+# (one psql run, two autocommit transactions: both land in one window)
 my $t0 = time();
-$node->safe_psql('postgres', q{SELECT silo.enqueue('g_pair', '{}', id => 'pair-1')});
-$node->safe_psql('postgres', q{SELECT silo.enqueue('g_pair', '{}', id => 'pair-2')});
+$node->safe_psql('postgres', q{SELECT silo.enqueue('g_pair', '{}', id => 'pair-1');
+SELECT silo.enqueue('g_pair', '{}', id => 'pair-2');});
 my @pair = collect('g_pair', 2, 15);
 is(scalar(@pair), 2, 'two enqueues in one window: two notifications (the second is not lost)');
 SKIP:
@@ -88,8 +89,8 @@ cmp_ok(scalar(@burst), '<=', 2 * $windows + 1, 'burst: coalesced, at most about 
 # ---------------------------------------------------------------------------
 
 usleep(1_100_000);
-$node->safe_psql('postgres', q{SELECT silo.enqueue('g_abort', '{}', id => 'abort-1')});
-$node->psql('postgres', q{BEGIN; SELECT silo.enqueue('g_abort', '{}', id => 'abort-2'); ROLLBACK;});
+$node->psql('postgres', q{SELECT silo.enqueue('g_abort', '{}', id => 'abort-1');
+BEGIN; SELECT silo.enqueue('g_abort', '{}', id => 'abort-2'); ROLLBACK;});
 my @abort = collect('g_abort', 2, 3);
 is(scalar(@abort), 1, 'an enqueue rolled back inside the window is not notified later');
 
@@ -97,15 +98,19 @@ is(scalar(@abort), 1, 'an enqueue rolled back inside the window is not notified 
 # Paused broker: deferred wake-ups are still sent.
 # ---------------------------------------------------------------------------
 
+my $logpos = log_position($node);
 $node->safe_psql('postgres', 'ALTER SYSTEM SET silo.broker_paused = on');
 $node->reload;
+ok(wait_for_log_until($node, qr/silo broker paused/, $logpos, 30), 'the broker says it is paused');
 usleep(1_100_000);
-$node->safe_psql('postgres', q{SELECT silo.enqueue('g_paused', '{}', id => 'paused-1')});
-$node->safe_psql('postgres', q{SELECT silo.enqueue('g_paused', '{}', id => 'paused-2')});
+$node->safe_psql('postgres', q{SELECT silo.enqueue('g_paused', '{}', id => 'paused-1');
+SELECT silo.enqueue('g_paused', '{}', id => 'paused-2');});
 my @paused = collect('g_paused', 2, 15);
 is(scalar(@paused), 2, 'paused broker: the deferred wake-up is still sent');
+$logpos = log_position($node);
 $node->safe_psql('postgres', 'ALTER SYSTEM RESET silo.broker_paused');
 $node->reload;
+ok(wait_for_log_until($node, qr/silo broker resumed/, $logpos, 30), 'and then resumed');
 
 $listener->quit;
 
