@@ -7,13 +7,18 @@
  * A transaction that makes work due for a task group remembers the group
  * (silo_notify_group); at pre-commit it queues one NOTIFY per group.  In
  * PostgreSQL 15 every notifying commit takes a cluster-wide lock, so a
- * NOTIFY per enqueue would serialize producers' commits: a group notified
- * less than silo.notify_coalesce_ms ago is not notified again.  Skipping
- * alone would lose wake-ups -- the workers woken by the earlier NOTIFY may
- * have looked before this transaction's work was visible -- so after the
- * commit the skipped group is marked pending, and the broker sends the
- * NOTIFY once the window has passed.  No wake-up is lost and none comes
- * later than one window after the commit (plus the broker's wake-up).
+ * NOTIFY per enqueue would serialize producers' commits.  A group is not
+ * notified again while another transaction's NOTIFY for it is still in
+ * flight (queued at pre-commit, commit not yet done: that is exactly when
+ * notifying commits would queue up behind each other), nor within
+ * silo.notify_coalesce_ms of the last one.  Skipping alone would lose
+ * wake-ups -- the workers woken by the earlier NOTIFY may have looked
+ * before this transaction's work was visible -- so after the commit the
+ * skipped group is marked pending, and the broker sends the NOTIFY: at
+ * once if it was skipped for one in flight, else when the window has
+ * passed.  No wake-up is lost; at low rates nothing is delayed, and none
+ * comes later than one window after the commit (plus the broker's
+ * wake-up).
  *
  * The table maps a group to its last NOTIFY time, whether a wake-up is
  * pending and when it is due (the deferring session's window), one entry
@@ -46,8 +51,13 @@ typedef struct NotifyEntry
 	bool		pending;		/* a skipped wake-up awaits the broker */
 	TimestampTz last;			/* when the group's last NOTIFY was queued */
 	TimestampTz due;			/* when the pending wake-up is to be sent */
+	int			inflight;		/* NOTIFYs queued whose commit is not done */
+	TimestampTz inflight_at;	/* when the last of them was queued */
 	char		group[NOTIFY_NAME_BYTES];
 } NotifyEntry;
+
+/* an in-flight count older than this is a backend that died mid-commit */
+#define NOTIFY_INFLIGHT_STALE_US ((TimestampTz) 10 * 1000 * 1000)
 
 typedef struct NotifyShared
 {
@@ -68,6 +78,7 @@ typedef struct NotifyGroup
 	char	   *task_group;
 	int			level;
 	bool		deferred;
+	bool		inflight;		/* counted in its entry's inflight */
 	TimestampTz due;			/* deferred: when the window ends */
 } NotifyGroup;
 
@@ -120,6 +131,7 @@ notify_find(const char *task_group)
 			e->used = true;
 			e->pending = false;
 			e->last = 0;
+			e->inflight = 0;
 			strlcpy(e->group, task_group, sizeof(e->group));
 			return e;
 		}
@@ -163,6 +175,7 @@ silo_notify_group(const char *task_group)
 	g->task_group = pstrdup(task_group);
 	g->level = GetCurrentTransactionNestLevel();
 	g->deferred = false;
+	g->inflight = false;
 	g->due = 0;
 	notify_groups = lappend(notify_groups, g);
 	MemoryContextSwitchTo(old);
@@ -194,9 +207,10 @@ silo_notify_subxact_end(bool commit)
 
 /*
  * silo_notify_pre_commit: queue a NOTIFY for each remembered group, or
- * mark it deferred when the group was notified within the window.  The
- * decision is stamped here, at pre-commit, so that a transaction that
- * aborts, or stays open for long, never suppresses another's wake-up.
+ * mark it deferred when a NOTIFY for the group is in flight or was queued
+ * within the window.  The decision is stamped here, at pre-commit, so
+ * that a transaction that aborts, or stays open for long, never
+ * suppresses another's wake-up.
  */
 void
 silo_notify_pre_commit(void)
@@ -222,18 +236,47 @@ silo_notify_pre_commit(void)
 
 			SpinLockAcquire(&notify_shared->mutex);
 			e = notify_find(g->task_group);
-			if (e != NULL && !notify_window_passed(e->last, now, window))
+			if (e != NULL)
 			{
-				g->deferred = true;
-				g->due = e->last + window;
+				bool		busy = e->inflight > 0 &&
+					!notify_window_passed(e->inflight_at, now, NOTIFY_INFLIGHT_STALE_US);
+				bool		recent = !notify_window_passed(e->last, now, window);
+
+				if (busy || recent)
+				{
+					g->deferred = true;
+					g->due = recent ? e->last + window : now;
+				}
+				else
+				{
+					e->last = now;
+					e->inflight++;
+					e->inflight_at = now;
+					g->inflight = true;
+				}
 			}
-			else if (e != NULL)
-				e->last = now;
 			SpinLockRelease(&notify_shared->mutex);
 		}
 		if (!g->deferred)
 			Async_Notify(SILO_NOTIFY_CHANNEL, g->task_group);
 	}
+}
+
+/*
+ * notify_inflight_done: the NOTIFY this transaction queued for g is sent
+ * (committed) or dropped (aborted); it no longer holds others back.
+ */
+static void
+notify_inflight_done(NotifyGroup *g)
+{
+	NotifyEntry *e;
+
+	SpinLockAcquire(&notify_shared->mutex);
+	e = notify_find(g->task_group);
+	if (e != NULL && e->inflight > 0)
+		e->inflight--;
+	SpinLockRelease(&notify_shared->mutex);
+	g->inflight = false;
 }
 
 /*
@@ -253,6 +296,8 @@ silo_notify_post_commit(void)
 		NotifyGroup *g = (NotifyGroup *) lfirst(lc);
 		NotifyEntry *e;
 
+		if (g->inflight)
+			notify_inflight_done(g);
 		if (!g->deferred)
 			continue;
 		SpinLockAcquire(&notify_shared->mutex);
@@ -276,12 +321,23 @@ silo_notify_post_commit(void)
 }
 
 /*
- * silo_notify_forget: the transaction ended without committing; its list
- * went away with TopTransactionContext.
+ * silo_notify_forget: the transaction ended without committing (possibly
+ * after its pre-commit queued NOTIFYs, which are now never sent): its
+ * in-flight counts are dropped, and the list goes away with
+ * TopTransactionContext, which still exists in the abort callback.
  */
 void
 silo_notify_forget(void)
 {
+	ListCell   *lc;
+
+	foreach(lc, notify_groups)
+	{
+		NotifyGroup *g = (NotifyGroup *) lfirst(lc);
+
+		if (g->inflight)
+			notify_inflight_done(g);
+	}
 	notify_groups = NIL;
 }
 

@@ -21,7 +21,7 @@ PG_MODULE_MAGIC;
 char	   *silo_database = NULL;
 int			silo_retention_s = 7 * 24 * 3600;
 bool		silo_broker_paused = false;
-int			silo_notify_coalesce_ms = 5;
+int			silo_notify_coalesce_ms = 1;
 int			silo_clock_offset_ms = 0;
 
 /* Set by a transaction that created a future task; read at commit. */
@@ -103,7 +103,7 @@ silo_define_gucs(void)
 							"Minimum interval between two wake-up notifications for one task group.",
 							"0 notifies on every enqueue of a due job.",
 							&silo_notify_coalesce_ms,
-							5,
+							1,
 							0, 60000,
 							PGC_SUSET,
 							GUC_UNIT_MS,

@@ -85,6 +85,24 @@ cmp_ok(scalar(@burst), '>=', 2, 'burst: the leading and a trailing notification 
 cmp_ok(scalar(@burst), '<=', 2 * $windows + 1, 'burst: coalesced, at most about two per window');
 
 # ---------------------------------------------------------------------------
+# At the default (1 ms), enqueues spaced further apart than that are each
+# notified at once by their own backend: coalescing costs nothing at low
+# rates.
+# ---------------------------------------------------------------------------
+
+my $spaced = $node->safe_psql('postgres', q{
+SET silo.notify_coalesce_ms = 1;
+SELECT silo.enqueue('g_spaced', '{}', id => 'spaced-1');
+SELECT pg_sleep(0.02);
+SELECT silo.enqueue('g_spaced', '{}', id => 'spaced-2');
+SELECT pg_backend_pid();});
+my ($producer) = $spaced =~ /(\d+)\s*$/;
+my @spaced = collect('g_spaced', 2, 10);
+is(scalar(@spaced), 2, 'default window: two spaced enqueues, two notifications');
+is(join(',', map { $_->[0] } @spaced), "$producer,$producer",
+	'both sent by the producer itself at its commit, not deferred to the broker');
+
+# ---------------------------------------------------------------------------
 # An aborted enqueue leaves no wake-up behind.
 # ---------------------------------------------------------------------------
 
