@@ -17,6 +17,19 @@ REVOKE ALL ON FUNCTION silo.complete_many(uuid[], text, jsonb[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION silo.complete_many(uuid[], text, jsonb[]) TO silo_worker, silo_admin;
 
 /*
+ * 0x03, the status/time index, now holds terminal jobs only: it serves
+ * "the newest jobs of tenant X in status S" for ended jobs, while a
+ * pending job is found by its primary key.  Pending rows no longer cost an
+ * index entry at enqueue, and a look-up of a pending job by (tenant, id,
+ * status) can no longer be planned through this index, which walked every
+ * pending job of the tenant.  (Rebuilding it locks job_status against
+ * writes for the duration.)
+ */
+DROP INDEX silo.job_status_by_status;
+CREATE INDEX job_status_by_status ON silo.job_status (tenant, status, changed_at DESC, id)
+	WHERE status <> 'Pending';
+
+/*
  * Queue tables swing between empty and huge, so their statistics are
  * usually wrong, and a plan cached while a table was empty (a sequential
  * scan is cheapest there) stays in the backend's SPI plan cache after the

@@ -155,8 +155,15 @@ silo_complete_many(PG_FUNCTION_ARGS)
 	 * One statement for the batch.  The leases are deleted first (their
 	 * row locks serialize this call with the sweep and with a second
 	 * report); attempts and statuses are written only for 'run' leases, and
-	 * a refresh lease in the list aborts the whole call below.  The last
-	 * column counts the status rows ended, to check the bookkeeping.
+	 * a refresh lease in the list aborts the whole call below.  The status
+	 * rows are found by a primary-key look-up per lease (still Pending,
+	 * still on this task) and updated by ctid (a TID scan), never through
+	 * a join, whose plan can go wrong on a table that looked empty
+	 * (planner.c).  The ctid is stable: while we hold a job's lease, other
+	 * transactions may lock its status row but never update it (and if one
+	 * did, the row would not be updated here, and the count check below
+	 * would say so).  The last column counts the status rows ended, to
+	 * check the bookkeeping.
 	 */
 	silo_exec(&plan,
 			  "WITH d AS ("
@@ -174,9 +181,12 @@ silo_complete_many(PG_FUNCTION_ARGS)
 			  " s AS ("
 			  "  UPDATE silo.job_status s SET status = 'Succeeded', changed_at = $3,"
 			  "    task_id = NULL, next_attempt_at = NULL"
-			  "    FROM d"
-			  "   WHERE d.kind = 'run' AND s.tenant = d.tenant AND s.id = d.job_id"
-			  "     AND s.status = 'Pending' AND s.task_id = d.task_id"
+			  "   WHERE s.ctid = ANY(ARRAY("
+			  "       SELECT (SELECT CASE WHEN x.status = 'Pending' AND x.task_id = d.task_id"
+			  "                           THEN x.ctid END"
+			  "                 FROM silo.job_status x"
+			  "                WHERE x.tenant = d.tenant AND x.id = d.job_id)"
+			  "         FROM d WHERE d.kind = 'run'))"
 			  "  RETURNING 1)"
 			  "SELECT d.task_id, d.kind, d.tenant, d.holds, d.job_id,"
 			  "  (SELECT count(*) FROM s) FROM d",

@@ -142,9 +142,11 @@ silo_lease(PG_FUNCTION_ARGS)
 			  "  SELECT task_id, 'run', task_group, tenant, job_id, attempt, relative_attempt,"
 			  "    priority, start_at, seq, $3, $4, $5, holds FROM t)"
 			  "SELECT t.task_id, t.tenant, t.job_id, t.attempt, t.relative_attempt,"
-			  "  i.retry_count IS NULL OR t.relative_attempt > i.retry_count,"
-			  "  t.priority::integer, t.task_group, i.payload, i.metadata"
-			  "  FROM t JOIN silo.job_info i ON i.tenant = t.tenant AND i.id = t.job_id"
+			  "  (t.j).retry_count IS NULL OR t.relative_attempt > (t.j).retry_count,"
+			  "  t.priority::integer, t.task_group, (t.j).payload, (t.j).metadata"
+			  "  FROM (SELECT t.*, (SELECT i FROM silo.job_info i"
+			  "                     WHERE i.tenant = t.tenant AND i.id = t.job_id) AS j"
+			  "          FROM t OFFSET 0) t"
 			  " ORDER BY t.priority, t.start_at, t.seq",
 			  5, types, values, NULL, false, 0);
 

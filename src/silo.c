@@ -51,6 +51,7 @@ _PG_init(void)
 
 	/* Every backend that loads silo needs this, preloaded or not. */
 	RegisterXactCallback(silo_xact_callback, NULL);
+	silo_planner_init();
 	RegisterSubXactCallback(silo_subxact_callback, NULL);
 
 	if (!process_shared_preload_libraries_in_progress)
@@ -184,6 +185,7 @@ silo_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
+			silo_planning_own = false;	/* an error inside silo_exec */
 			silo_broker_wake_pending = false;
 			silo_notify_forget();
 			silo_limits_xact_end();
@@ -204,7 +206,10 @@ silo_subxact_callback(SubXactEvent event, SubTransactionId my_subid,
 	if (event == SUBXACT_EVENT_COMMIT_SUB)
 		silo_notify_subxact_end(true);
 	else if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
 		silo_notify_subxact_end(false);
+		silo_planning_own = false;	/* an error caught inside silo_exec */
+	}
 }
 
 /*

@@ -138,6 +138,8 @@ extern void silo_shmem_request(void);
 extern void silo_shmem_startup(void);
 extern void silo_shmem_set_broker(bool attach);
 extern int	silo_shmem_broker_pid(void);
+extern void silo_planner_init(void);
+extern bool silo_planning_own;
 extern void silo_wake_broker(void);
 extern void silo_wake_broker_latch(void);
 extern bool silo_broker_take_tick_request(void);

@@ -58,7 +58,18 @@ silo_exec(SPIPlanPtr *plan, const char *sql, int nargs, const Oid *argtypes,
 			elog(ERROR, "silo: could not keep plan for \"%s\"", sql);
 		*plan = p;
 	}
-	rc = SPI_execute_plan(*plan, values, nulls, read_only, count);
+	/*
+	 * The plan is made (or remade) inside SPI_execute_plan: let planner.c
+	 * apply its size floors.  An error leaves the flag set; the
+	 * transaction's abort clears it.
+	 */
+	{
+		bool		save = silo_planning_own;
+
+		silo_planning_own = true;
+		rc = SPI_execute_plan(*plan, values, nulls, read_only, count);
+		silo_planning_own = save;
+	}
 	if (rc < 0)
 		elog(ERROR, "silo: could not execute \"%s\": %s",
 			 sql, SPI_result_code_string(rc));

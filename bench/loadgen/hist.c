@@ -22,6 +22,10 @@ hist_record(lg_hist *h, uint64_t value)
 {
 	int			decade = 0;
 
+	if (value > h->max)
+		h->max = value;
+	h->sum += (double) value;
+
 	while (value >= 1000 && decade < HIST_DECADES - 1)
 	{
 		value /= 10;
@@ -31,6 +35,44 @@ hist_record(lg_hist *h, uint64_t value)
 		value = 999;			/* beyond the range: clamp */
 	h->counts[decade][value]++;
 	h->total++;
+}
+
+/* hist_new: a new empty histogram on the heap (one is ~100 kB, too big for
+ * a thread's stack). */
+lg_hist *
+hist_new(void)
+{
+	return xcalloc(1, sizeof(lg_hist));
+}
+
+/* hist_merge: add src's counts to dst (per-thread histograms are merged at
+ * the end of a run, so recording needs no lock). */
+void
+hist_merge(lg_hist *dst, const lg_hist *src)
+{
+	for (int d = 0; d < HIST_DECADES; d++)
+		for (int m = 0; m < 1000; m++)
+			dst->counts[d][m] += src->counts[d][m];
+	dst->total += src->total;
+	dst->sum += src->sum;
+	if (src->max > dst->max)
+		dst->max = src->max;
+}
+
+/* hist_to_result: p50, p99, p99.9 and max of a histogram of microseconds,
+ * in milliseconds, into a result; the mean goes into its extra fields. */
+void
+hist_to_result(const lg_hist *h, lg_result *r)
+{
+	if (h->total == 0)
+		return;
+	/* a bucket's top can lie above the largest value: report that instead */
+	r->p50_ms = (hist_percentile(h, 50) < h->max ? hist_percentile(h, 50) : h->max) / 1000.0;
+	r->p99_ms = (hist_percentile(h, 99) < h->max ? hist_percentile(h, 99) : h->max) / 1000.0;
+	r->p999_ms = (hist_percentile(h, 99.9) < h->max ? hist_percentile(h, 99.9) : h->max) / 1000.0;
+	r->max_ms = h->max / 1000.0;
+	result_add(r, ",\"mean_ms\":%.3f,\"samples\":%llu",
+			   h->sum / h->total / 1000.0, (unsigned long long) h->total);
 }
 
 /* hist_percentile: the value at or below which pct percent of the counts lie

@@ -4,12 +4,11 @@
  * the system's channel and, after every wake-up (or every poll_ms without
  * one), claims/leases until nothing is left.  Each sample is enqueue call
  * start -> claim/lease call returned, recorded in a sig-fig histogram in
- * microseconds.  The producer starts the next enqueue only after the worker
- * has taken (and, for silo, completed) the previous job.  The run stops
+ * microseconds.  The producer starts the next enqueue as soon as the worker
+ * has leased the previous job (silo: while the worker completes it, as with
+ * silo-worker in workerlat.c).  The run stops
  * early after --max-seconds; the output then counts the samples taken.
  */
-#include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,28 +31,25 @@ typedef struct lat_shared
 	lg_hist		hist;
 } lat_shared;
 
-/* wait_for_wakeup: wait until a notification arrives on conn or poll_ms
- * pass; notifications already buffered end the wait at once. */
+/* on_leased: a lease/claim returned n jobs at t_leased: record the sample
+ * and let the producer go on (before the worker completes the job). */
 static void
-wait_for_wakeup(PGconn *conn, int poll_ms)
+on_leased(void *arg, int n, double t_leased)
 {
-	PGnotify   *n;
-	struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
-	int			got = 0;
+	lat_shared *sh = arg;
 
-	while ((n = PQnotifies(conn)) != NULL)
-	{
-		PQfreemem(n);
-		got = 1;
-	}
-	if (got)
+	if (n == 0)
 		return;
-	if (poll(&pfd, 1, poll_ms) < 0 && errno != EINTR)
-		die("poll failed");
-	if (!PQconsumeInput(conn))
-		die("connection lost: %s", PQerrorMessage(conn));
-	while ((n = PQnotifies(conn)) != NULL)
-		PQfreemem(n);
+	pthread_mutex_lock(&sh->mu);
+	if (sh->taken >= sh->recording_from)
+	{
+		double		us = (t_leased - sh->t_enqueue) * 1e6;
+
+		hist_record(&sh->hist, us < 0 ? 0 : (uint64_t) us);
+	}
+	sh->taken += n;
+	pthread_cond_broadcast(&sh->cv);
+	pthread_mutex_unlock(&sh->mu);
 }
 
 /* worker_thread: LISTEN, then take jobs whenever woken, timing each take. */
@@ -73,9 +69,6 @@ worker_thread(void *arg)
 	pthread_mutex_unlock(&sh->mu);
 	for (;;)
 	{
-		double		t_leased;
-		int			n;
-
 		pthread_mutex_lock(&sh->mu);
 		if (sh->stop)
 		{
@@ -83,47 +76,35 @@ worker_thread(void *arg)
 			break;
 		}
 		pthread_mutex_unlock(&sh->mu);
-		n = system_take_one(conn, sh->o->system, "loadgen-lat", sh->o, &t_leased);
-		if (n == 0)
-		{
-			wait_for_wakeup(conn, sh->o->poll_ms);
-			continue;
-		}
-		pthread_mutex_lock(&sh->mu);
-		if (sh->taken >= sh->recording_from)
-		{
-			double		us = (t_leased - sh->t_enqueue) * 1e6;
-
-			hist_record(&sh->hist, us < 0 ? 0 : (uint64_t) us);
-		}
-		sh->taken += n;
-		pthread_cond_broadcast(&sh->cv);
-		pthread_mutex_unlock(&sh->mu);
+		if (system_take_one(conn, sh->o->system, "loadgen-lat", sh->o, on_leased, sh) == 0)
+			db_wait_for_wakeup(conn, sh->o->poll_ms);
 	}
 	PQfinish(conn);
 	return NULL;
 }
 
-/* run_latency: `count` sequential enqueues (after LAT_WARMUP unrecorded
- * ones), each awaited until the worker has taken it. */
+/* run_latency: o->jobs sequential enqueues (after LAT_WARMUP unrecorded
+ * ones), each awaited until the worker has taken it; prints the line. */
 void
-run_latency(const lg_opts *o, long count, lg_result *r)
+run_latency(const lg_opts *o)
 {
-	lat_shared *sh = calloc(1, sizeof(lat_shared));
+	long		count = o->jobs;
+	lg_result	res,
+			   *r = &res;
+	lat_shared *sh = xcalloc(1, sizeof(lat_shared));
 	PGconn	   *prod = db_connect(o->conninfo);
 	pthread_t	tid;
 	long		total = count + LAT_WARMUP;
 	double		t0;
 
-	if (sh == NULL)
-		die("out of memory");
+	result_init(r, o);
 	sh->o = o;
 	sh->recording_from = LAT_WARMUP;
 	hist_init(&sh->hist);
 	pthread_mutex_init(&sh->mu, NULL);
 	pthread_cond_init(&sh->cv, NULL);
 	system_reset(prod, o->system);
-	db_exec(prod, "VACUUM ANALYZE");
+	system_prime(o->conninfo, o->system, 2000);
 	system_prepare_latency(prod, NULL, o->system);
 	if (pthread_create(&tid, NULL, worker_thread, sh) != 0)
 		die("pthread_create failed");
@@ -167,9 +148,9 @@ run_latency(const lg_opts *o, long count, lg_result *r)
 
 	r->jobs = (long) sh->hist.total;
 	r->rate = total / r->seconds;
-	r->p50_ms = hist_percentile(&sh->hist, 50) / 1000.0;
-	r->p99_ms = hist_percentile(&sh->hist, 99) / 1000.0;
-	r->p999_ms = hist_percentile(&sh->hist, 99.9) / 1000.0;
+	hist_to_result(&sh->hist, r);
+	result_add(r, ",\"partial\":%s", r->jobs < count ? "true" : "false");
+	result_print(o, r);
 	pthread_mutex_destroy(&sh->mu);
 	pthread_cond_destroy(&sh->cv);
 	free(sh);
