@@ -406,6 +406,19 @@ broker_schema_ready(void)
 }
 
 /*
+ * broker_recover: after an error in one of the broker's transactions, log
+ * it and abort the transaction, so that the loop carries on.
+ */
+static void
+broker_recover(MemoryContext loopcxt)
+{
+	MemoryContextSwitchTo(loopcxt);
+	EmitErrorReport();
+	FlushErrorState();
+	AbortCurrentTransaction();
+}
+
+/*
  * broker_run: run fn in a transaction of its own with SPI connected.  An
  * error is logged and the transaction aborted; the broker carries on.
  * Returns false when fn failed or silo is not installed.
@@ -436,10 +449,7 @@ broker_run(MemoryContext loopcxt, const char *activity, void (*fn) (void *), voi
 	}
 	PG_CATCH();
 	{
-		MemoryContextSwitchTo(loopcxt);
-		EmitErrorReport();
-		FlushErrorState();
-		AbortCurrentTransaction();
+		broker_recover(loopcxt);
 		ok = false;
 	}
 	PG_END_TRY();
@@ -459,12 +469,14 @@ broker_run(MemoryContext loopcxt, const char *activity, void (*fn) (void *), voi
 static long
 broker_send_wakeups(MemoryContext loopcxt)
 {
+	/* static: both are read after a longjmp */
 	static char sent[SILO_NOTIFY_ENTRIES][SILO_NOTIFY_NAME_BYTES];
-	int			nsent = 0;
+	static int	nsent;
 	volatile long next_ms = -1;
 
 	if (!silo_notify_any_pending())
 		return -1;
+	nsent = 0;
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PG_TRY();
@@ -475,10 +487,7 @@ broker_send_wakeups(MemoryContext loopcxt)
 	}
 	PG_CATCH();
 	{
-		MemoryContextSwitchTo(loopcxt);
-		EmitErrorReport();
-		FlushErrorState();
-		AbortCurrentTransaction();
+		broker_recover(loopcxt);
 		silo_notify_requeue(sent, nsent);
 		next_ms = BROKER_MAX_SLEEP_MS;
 	}

@@ -138,18 +138,30 @@ my $logpos = log_position($node);
 # The call may end between finding it and the kill -- and a backend that
 # is already exiting still accepts the signal -- so a kill only counts once
 # the postmaster reports the backend killed by it; otherwise try another.
+# And a SIGKILL that lands just after the call returned crashes the server
+# with the backend idle: the postmaster then logs no "Failed process was
+# running"; such a crash does not count either -- wait for recovery and
+# catch another call.
 my ($victim, $killed) = ('', 0);
 for my $try (1 .. 20)
 {
+	my $from = log_position($node);
 	$victim = $node->safe_psql('postgres',
 		q{SELECT silotest.wait_for_active('%silo.enqueue_many%', 20000)});
 	last if $victim eq '';
 	next unless kill 'KILL', $victim;
 	if (defined wait_for_log_until(
-			$node, qr/server process \(PID $victim\) was terminated by signal 9/, $logpos, 10))
+			$node, qr/server process \(PID $victim\) was terminated by signal 9/, $from, 10))
 	{
-		$killed = 1;
-		last;
+		$logpos = $from;
+		if (defined wait_for_log_until($node, qr/Failed process was running: SELECT .* silo\.enqueue_many/, $from, 5))
+		{
+			$killed = 1;
+			last;
+		}
+		note("pid $victim was killed just after its call returned; recovering and trying again");
+		poll_until($node, 'SELECT 1', '1', 60);
+		next;
 	}
 	note("pid $victim finished before the SIGKILL landed; trying another backend");
 }
