@@ -18,16 +18,23 @@ GRANT EXECUTE ON FUNCTION silo.complete_many(uuid[], text, jsonb[]) TO silo_work
 
 /*
  * 0x03, the status/time index, now holds terminal jobs only: it serves
- * "the newest jobs of tenant X in status S" for ended jobs, while a
- * pending job is found by its primary key.  Pending rows no longer cost an
- * index entry at enqueue, and a look-up of a pending job by (tenant, id,
+ * "the newest jobs of tenant X in status S" for ended jobs; pending jobs
+ * get their own partial index below.  A look-up of a pending job by (tenant, id,
  * status) can no longer be planned through this index, which walked every
- * pending job of the tenant.  (Rebuilding it locks job_status against
- * writes for the duration.)
+ * pending job of the tenant.
  */
-DROP INDEX silo.job_status_by_status;
-CREATE INDEX job_status_by_status ON silo.job_status (tenant, status, changed_at DESC, id)
+-- The new indexes are built first (writes wait, reads go on); the old one
+-- is dropped, which locks the table outright, only at the end.
+CREATE INDEX job_status_by_status_new ON silo.job_status (tenant, status, changed_at DESC, id)
 	WHERE status <> 'Pending';
+
+-- A tenant's live jobs (the Pending branch of silo.jobs) keep an index of
+-- their own, keyed like the primary key, so a look-up of one pending job
+-- through it is exact too.
+CREATE INDEX job_status_pending ON silo.job_status (tenant, id) WHERE status = 'Pending';
+
+DROP INDEX silo.job_status_by_status;
+ALTER INDEX silo.job_status_by_status_new RENAME TO job_status_by_status;
 
 /*
  * Queue tables swing between empty and huge, so their statistics are

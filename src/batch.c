@@ -159,11 +159,12 @@ silo_complete_many(PG_FUNCTION_ARGS)
 	 * rows are found by a primary-key look-up per lease (still Pending,
 	 * still on this task) and updated by ctid (a TID scan), never through
 	 * a join, whose plan can go wrong on a table that looked empty
-	 * (planner.c).  The ctid is stable: while we hold a job's lease, other
-	 * transactions may lock its status row but never update it (and if one
-	 * did, the row would not be updated here, and the count check below
-	 * would say so).  The last column counts the status rows ended, to
-	 * check the bookkeeping.
+	 * (planner.c).  While we hold a job's lease, other transactions may
+	 * lock its status row but never update it; should one ever do so, the
+	 * UPDATE's own status and task conditions are re-checked on the newest
+	 * version (a TID scan's re-check does not re-check the ctid), so such
+	 * a row is left alone and the count check below says so.  The last
+	 * column counts the status rows ended, to check the bookkeeping.
 	 */
 	silo_exec(&plan,
 			  "WITH d AS ("
@@ -187,6 +188,8 @@ silo_complete_many(PG_FUNCTION_ARGS)
 			  "                 FROM silo.job_status x"
 			  "                WHERE x.tenant = d.tenant AND x.id = d.job_id)"
 			  "         FROM d WHERE d.kind = 'run'))"
+			  "     AND s.status = 'Pending'"
+			  "     AND s.task_id = ANY(ARRAY(SELECT task_id FROM d WHERE d.kind = 'run'))"
 			  "  RETURNING 1)"
 			  "SELECT d.task_id, d.kind, d.tenant, d.holds, d.job_id,"
 			  "  (SELECT count(*) FROM s) FROM d",

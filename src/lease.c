@@ -146,7 +146,7 @@ silo_lease(PG_FUNCTION_ARGS)
 			  "  t.priority::integer, t.task_group, (t.j).payload, (t.j).metadata"
 			  "  FROM (SELECT t.*, (SELECT i FROM silo.job_info i"
 			  "                     WHERE i.tenant = t.tenant AND i.id = t.job_id) AS j"
-			  "          FROM t OFFSET 0) t"
+			  "          FROM t OFFSET 0) t"	/* OFFSET 0: one look-up per task */
 			  " ORDER BY t.priority, t.start_at, t.seq",
 			  5, types, values, NULL, false, 0);
 
