@@ -23,6 +23,9 @@ EXTRA_CLEAN = tools/silo-worker
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# PGXS tracks no header dependencies: every module includes silo.h.
+$(OBJS): src/silo.h src/silo_errcodes.h
+
 LIBPQ_CFLAGS = -I$(shell $(PG_CONFIG) --includedir)
 LIBPQ_LIBS = -L$(shell $(PG_CONFIG) --libdir) -lpq -lpthread
 

@@ -160,6 +160,33 @@ BEGIN ISOLATION LEVEL READ COMMITTED;
 SELECT job_id FROM silo.lease('w1', 'lrr');
 COMMIT;
 
+-- lease marks (src/leasemark.c): a lease starts past the tasks earlier
+-- leases of its group took; a task enqueued ahead of them, by a higher
+-- priority or an earlier start, is still leased first
+SELECT silo.enqueue('lmark', tenant => 'lm', id => 'm' || g, priority => 50) FROM generate_series(1, 3) g;
+SELECT job_id FROM silo.lease('w1', 'lmark', 2);
+SELECT silo.enqueue('lmark', tenant => 'lm', id => 'urgent', priority => 10);
+SELECT job_id FROM silo.lease('w1', 'lmark', 1);
+SELECT job_id FROM silo.lease('w1', 'lmark', 1);
+-- a task whose lease rolled back is leased again (that lease had moved
+-- the mark past it)
+SELECT silo.enqueue('lmark', tenant => 'lm', id => 'm' || g, priority => 50) FROM generate_series(4, 5) g;
+BEGIN;
+SELECT job_id FROM silo.lease('w1', 'lmark', 1);
+ROLLBACK;
+SELECT job_id FROM silo.lease('w1', 'lmark', 5);
+-- the trigger that keeps marks safe fires always, replicas included
+SELECT tgname, tgenabled FROM pg_trigger
+ WHERE tgrelid = 'silo.task'::regclass AND NOT tgisinternal;
+-- a transaction that changed due tasks cannot be prepared: the marks
+-- would miss its commit
+BEGIN;
+SELECT silo.enqueue('lmark', tenant => 'lm', id => 'prepared') IS NOT NULL AS enqueued;
+PREPARE TRANSACTION 'silo_lease_marks';
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS prepared FROM pg_prepared_xacts;
+SELECT count(*) AS kept FROM silo.jobs WHERE tenant = 'lm' AND id = 'prepared';
+
 -- every task leased in this file is held by exactly one lease; pending
 -- are the future job of group lw and the one task of group lbig that did
 -- not fit in the batch

@@ -4,7 +4,7 @@
 -- version and updating to the default.
 
 -- every version PostgreSQL can install, and the default one (1.1: limits;
--- 1.2: complete_many, plans that need no statistics)
+-- 1.2: complete_many, plans that need no statistics; 1.3: lease marks)
 SELECT version, installed FROM pg_available_extension_versions
  WHERE name = 'silo' ORDER BY version;
 
@@ -42,6 +42,9 @@ SELECT p.proname, p.proconfig FROM pg_proc p
  ORDER BY 1;
 SELECT count(*) AS definer_functions FROM pg_proc p
  WHERE p.pronamespace = 'silo'::regnamespace AND p.prosecdef;
+-- and 1.3's: the lease-mark trigger, firing always
+SELECT tgname, tgenabled FROM pg_trigger
+ WHERE tgrelid = 'silo.task'::regclass AND NOT tgisinternal;
 
 -- re-creating keeps exactly one purge job in pg_cron
 SELECT count(*) FROM cron.job WHERE jobname = 'silo-purge-terminal-jobs';

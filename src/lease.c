@@ -8,7 +8,9 @@
  * FOR UPDATE SKIP LOCKED (so a worker never waits on, or receives,
  * another worker's rows), deleted by ctid (a TID scan, never a join), and
  * their lease rows inserted.  The job_status row is not touched: a job is
- * Running exactly when its current task has a lease row.  Ready refresh
+ * Running exactly when its current task has a lease row.  The scan starts
+ * at the group's lease mark (leasemark.c), past the tasks earlier leases
+ * took, whose index entries a long-open snapshot keeps alive.  Ready refresh
  * tasks of floating limits in the group (floating.c) are handed out
  * first, as rows of kind 'refresh'.
  *
@@ -16,14 +18,37 @@
  */
 #include "silo.h"
 
+#include "access/table.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 
 PG_FUNCTION_INFO_V1(silo_lease);
 PG_FUNCTION_INFO_V1(silo_heartbeat);
 
 #define LEASED_TASK_NATTS 15
+
+/*
+ * lease_marks_enabled: whether silo.task carries the trigger that keeps
+ * lease marks safe (it does from extension version 1.3 on).
+ */
+static bool
+lease_marks_enabled(void)
+{
+	Oid			relid;
+	Relation	rel;
+	bool		enabled;
+
+	relid = get_relname_relid("task", get_namespace_oid("silo", false));
+	if (!OidIsValid(relid))
+		return false;
+	rel = table_open(relid, AccessShareLock);
+	enabled = silo_mark_enabled(rel);
+	table_close(rel, NoLock);
+	return enabled;
+}
 
 /*
  * lease_promote_group: make the group's due-but-unpromoted tasks leasable,
@@ -58,7 +83,8 @@ Datum
 silo_lease(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr plan = NULL;
-	static const Oid types[5] = {TEXTOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	static const Oid types[8] = {TEXTOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	INT2OID, TIMESTAMPTZOID, INT8OID};
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char	   *worker_id;
 	char	   *task_group;
@@ -66,9 +92,12 @@ silo_lease(PG_FUNCTION_ARGS)
 	int32		lease_ms;
 	TimestampTz now;
 	TimestampTz expires;
-	Datum		values[5];
+	Datum		values[8];
 	uint64		i;
 	uint64		n_refresh;
+	bool		use_mark;
+	SiloMarkKey start;
+	uint64		gen = 0;
 
 	worker_id = silo_text_arg(fcinfo, 0, "worker_id", 1, SILO_MAX_WORKER_LEN);
 	task_group = silo_text_arg(fcinfo, 1, "task_group", 1, SILO_MAX_GROUP_LEN);
@@ -123,15 +152,25 @@ silo_lease(PG_FUNCTION_ARGS)
 
 	lease_promote_group(task_group, now);
 
+	/* read the mark before the scan's snapshot is taken (leasemark.c) */
+	use_mark = lease_marks_enabled();
+	start = silo_mark_lowest;
+	if (use_mark)
+		silo_mark_begin(task_group, &start, &gen);
+
 	values[0] = CStringGetTextDatum(task_group);
 	values[1] = Int32GetDatum(max_tasks);
 	values[2] = CStringGetTextDatum(worker_id);
 	values[3] = TimestampTzGetDatum(now);
 	values[4] = TimestampTzGetDatum(expires);
+	values[5] = Int16GetDatum(start.priority);
+	values[6] = TimestampTzGetDatum(start.start_at);
+	values[7] = Int64GetDatum(start.seq);
 	silo_exec(&plan,
 			  "WITH t AS ("
 			  "  DELETE FROM silo.task WHERE ctid = ANY(ARRAY("
 			  "    SELECT ctid FROM silo.task WHERE task_group = $1 AND due"
+			  "       AND (priority, start_at, seq) >= ($6, $7, $8)"
 			  "     ORDER BY priority, start_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED))"
 			  "  RETURNING task_id, task_group, tenant, job_id, attempt, relative_attempt,"
 			  "    priority, start_at, seq, holds),"
@@ -143,12 +182,25 @@ silo_lease(PG_FUNCTION_ARGS)
 			  "    priority, start_at, seq, $3, $4, $5, holds FROM t)"
 			  "SELECT t.task_id, t.tenant, t.job_id, t.attempt, t.relative_attempt,"
 			  "  (t.j).retry_count IS NULL OR t.relative_attempt > (t.j).retry_count,"
-			  "  t.priority::integer, t.task_group, (t.j).payload, (t.j).metadata"
+			  "  t.priority::integer, t.task_group, (t.j).payload, (t.j).metadata,"
+			  "  t.priority, t.start_at, t.seq"
 			  "  FROM (SELECT t.*, (SELECT i FROM silo.job_info i"
 			  "                     WHERE i.tenant = t.tenant AND i.id = t.job_id) AS j"
 			  "          FROM t OFFSET 0) t"	/* OFFSET 0: one look-up per task */
 			  " ORDER BY t.priority, t.start_at, t.seq",
-			  5, types, values, NULL, false, 0);
+			  8, types, values, NULL, false, 0);
+
+	if (use_mark && SPI_processed > 0)
+	{
+		SiloMarkKey past;
+		bool		isnull;
+
+		/* rows come in ready order: the mark moves just past the last one */
+		past.priority = DatumGetInt16(silo_col(SPI_processed - 1, 11, &isnull));
+		past.start_at = silo_col_ts(SPI_processed - 1, 12, &isnull);
+		past.seq = silo_col_int64(SPI_processed - 1, 13) + 1;
+		silo_mark_raise(task_group, gen, &past);
+	}
 
 	for (i = 0; i < SPI_processed; i++)
 	{

@@ -3,7 +3,7 @@
  * shmem.c
  *	  Silo's shared memory: where the broker's latch is published, and the
  *	  floating-limit refresh hint.  The wake-up coalescing table lives in
- *	  notify.c and is reserved from here.
+ *	  notify.c, the lease marks in leasemark.c; both are reserved from here.
  *
  * Locking: broker_pid and broker_latch are written under the tranche's
  * LWLock and read under it; the refresh hint is an atomic.
@@ -41,6 +41,7 @@ silo_shmem_request(void)
 	RequestAddinShmemSpace(MAXALIGN(sizeof(SiloShared)));
 	RequestNamedLWLockTranche("silo", 1);
 	silo_notify_shmem_request();
+	silo_mark_shmem_request();
 }
 
 /*
@@ -64,6 +65,7 @@ silo_shmem_startup(void)
 		pg_atomic_init_u32(&silo_shared->tick_requested, 0);
 	}
 	silo_notify_shmem_startup();
+	silo_mark_shmem_startup();
 	LWLockRelease(AddinShmemInitLock);
 }
 

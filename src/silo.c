@@ -158,7 +158,8 @@ silo_wake_broker_at_commit(void)
  * silo_xact_callback: sends the transaction's coalesced wake-up
  * notifications at pre-commit (hands the skipped ones to the broker after
  * the commit), wakes the broker after a commit that asked for it, and
- * forgets both on abort.
+ * forgets both on abort; settles the lease marks the transaction owes
+ * (leasemark.c) either way.
  */
 static void
 silo_xact_callback(XactEvent event, void *arg)
@@ -171,9 +172,11 @@ silo_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PRE_PREPARE:
 			/* NOTIFY cannot be prepared; workers will find the work by polling. */
 			silo_notify_forget();
+			silo_mark_pre_prepare();
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
+			silo_mark_xact_end(true);
 			silo_notify_post_commit();
 			if (silo_broker_wake_pending)
 			{
@@ -187,6 +190,7 @@ silo_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PREPARE:
 			silo_planning_own = false;	/* an error inside silo_exec */
 			silo_broker_wake_pending = false;
+			silo_mark_xact_end(false);
 			silo_notify_forget();
 			silo_limits_xact_end();
 			break;
@@ -208,6 +212,7 @@ silo_subxact_callback(SubXactEvent event, SubTransactionId my_subid,
 	else if (event == SUBXACT_EVENT_ABORT_SUB)
 	{
 		silo_notify_subxact_end(false);
+		silo_mark_subxact_abort();
 		silo_planning_own = false;	/* an error caught inside silo_exec */
 	}
 }

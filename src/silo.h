@@ -10,6 +10,7 @@
  *	  validate.c	checks of user-supplied arguments
  *	  enqueue.c		silo.enqueue, silo.enqueue_many
  *	  lease.c		silo.lease, silo.heartbeat
+ *	  leasemark.c	per-group lease marks: where a lease's scan starts
  *	  outcome.c		complete, fail, ack_cancel, release and the shared
  *					"finish an attempt" transition (also used by the sweep)
  *	  jobops.c		cancel, restart, expedite, delete_job, job_result
@@ -31,6 +32,7 @@
 #include "mb/pg_wchar.h"
 #include "nodes/pg_list.h"
 #include "utils/jsonb.h"
+#include "utils/relcache.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
@@ -62,7 +64,7 @@ extern int	silo_clock_offset_ms;
 #define SILO_LOCKTAG_CLASS		0x5110
 
 /* The extension version this library implements (silo.control). */
-#define SILO_EXTENSION_VERSION	"1.2"
+#define SILO_EXTENSION_VERSION	"1.3"
 
 /* The pg_cron job that runs the retention purge. */
 #define SILO_PURGE_JOB_NAME		"silo-purge-terminal-jobs"
@@ -163,6 +165,25 @@ extern void silo_notify_requeue(char (*sent)[SILO_NOTIFY_NAME_BYTES], int nsent)
 
 /* silo.c */
 extern void silo_wake_broker_at_commit(void);
+
+/* leasemark.c: a position in task_ready order (priority, start_at, seq) */
+typedef struct SiloMarkKey
+{
+	int16		priority;
+	int64		start_at;
+	int64		seq;
+} SiloMarkKey;
+
+extern const SiloMarkKey silo_mark_lowest;
+extern void silo_mark_shmem_request(void);
+extern void silo_mark_shmem_startup(void);
+extern bool silo_mark_enabled(Relation task_rel);
+extern void silo_mark_begin(const char *task_group, SiloMarkKey *start, uint64 *gen);
+extern void silo_mark_raise(const char *task_group, uint64 gen, const SiloMarkKey *key);
+extern void silo_mark_owe(const char *task_group, const SiloMarkKey *key, bool at_commit);
+extern void silo_mark_xact_end(bool commit);
+extern void silo_mark_subxact_abort(void);
+extern void silo_mark_pre_prepare(void);
 
 /* spi_util.c */
 extern int	silo_exec(SPIPlanPtr *plan, const char *sql, int nargs,
