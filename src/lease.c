@@ -44,6 +44,7 @@ lease_marks_enabled(void)
 	relid = get_relname_relid("task", get_namespace_oid("silo", false));
 	if (!OidIsValid(relid))
 		return false;
+	silo_mark_watch(relid);		/* before the lock, which reads invalidations */
 	rel = table_open(relid, AccessShareLock);
 	enabled = silo_mark_enabled(rel);
 	table_close(rel, NoLock);
@@ -72,6 +73,9 @@ lease_promote_group(const char *task_group, TimestampTz now)
 			  "  ORDER BY start_at LIMIT 1000 FOR UPDATE SKIP LOCKED))",
 			  2, types, values, NULL, false, 0);
 }
+
+static void lease_raise_mark(const char *task_group, uint64 gen, const SiloMarkKey *start,
+							 const SiloMarkKey *past);
 
 /*
  * silo_lease: SQL entry point silo.lease(worker_id, task_group, max_tasks,
@@ -190,18 +194,6 @@ silo_lease(PG_FUNCTION_ARGS)
 			  " ORDER BY t.priority, t.start_at, t.seq",
 			  8, types, values, NULL, false, 0);
 
-	if (use_mark && SPI_processed > 0)
-	{
-		SiloMarkKey past;
-		bool		isnull;
-
-		/* rows come in ready order: the mark moves just past the last one */
-		past.priority = DatumGetInt16(silo_col(SPI_processed - 1, 11, &isnull));
-		past.start_at = silo_col_ts(SPI_processed - 1, 12, &isnull);
-		past.seq = silo_col_int64(SPI_processed - 1, 13) + 1;
-		silo_mark_raise(task_group, gen, &past);
-	}
-
 	for (i = 0; i < SPI_processed; i++)
 	{
 		Datum		out[LEASED_TASK_NATTS];
@@ -217,8 +209,63 @@ silo_lease(PG_FUNCTION_ARGS)
 		outnulls[12] = outnulls[13] = outnulls[14] = true;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 	}
+	if (use_mark && SPI_processed > 0)
+	{
+		SiloMarkKey past;
+		bool		isnull;
+
+		/* rows come in ready order: just past the last one, at most */
+		past.priority = DatumGetInt16(silo_col(SPI_processed - 1, 11, &isnull));
+		past.start_at = silo_col_ts(SPI_processed - 1, 12, &isnull);
+		past.seq = silo_col_int64(SPI_processed - 1, 13) + 1;
+		lease_raise_mark(task_group, gen, &start, &past);
+	}
 	silo_spi_finish();
 	return (Datum) 0;
+}
+
+/*
+ * lease_raise_mark: after a lease that scanned from start and took tasks
+ * up to just below past, raise the group's mark as far as is safe.  The
+ * scan skipped the rows other transactions had locked, and a lock does
+ * not always end in a delete: a FOR UPDATE whose re-check fails keeps the
+ * row locked, unchanged, to the end of its transaction.  So the raise
+ * stops at the first due row still visible in [start, past) -- seen with
+ * a snapshot taken after the lease's delete, so the tasks just leased are
+ * gone from it and anything another lease skipped is in it.
+ */
+static void
+lease_raise_mark(const char *task_group, uint64 gen, const SiloMarkKey *start,
+				 const SiloMarkKey *past)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[7] = {TEXTOID, INT2OID, TIMESTAMPTZOID, INT8OID,
+	INT2OID, TIMESTAMPTZOID, INT8OID};
+	Datum		values[7];
+	SiloMarkKey to = *past;
+	bool		isnull;
+
+	values[0] = CStringGetTextDatum(task_group);
+	values[1] = Int16GetDatum(start->priority);
+	values[2] = TimestampTzGetDatum(start->start_at);
+	values[3] = Int64GetDatum(start->seq);
+	values[4] = Int16GetDatum(past->priority);
+	values[5] = TimestampTzGetDatum(past->start_at);
+	values[6] = Int64GetDatum(past->seq);
+	silo_exec(&plan,
+			  "SELECT priority, start_at, seq FROM silo.task"
+			  " WHERE task_group = $1 AND due"
+			  "   AND (priority, start_at, seq) >= ($2, $3, $4)"
+			  "   AND (priority, start_at, seq) < ($5, $6, $7)"
+			  " ORDER BY priority, start_at, seq LIMIT 1",
+			  7, types, values, NULL, false, 1);
+	if (SPI_processed == 1)
+	{
+		to.priority = DatumGetInt16(silo_col(0, 1, &isnull));
+		to.start_at = silo_col_ts(0, 2, &isnull);
+		to.seq = silo_col_int64(0, 3);
+	}
+	silo_mark_raise(task_group, gen, &to);
 }
 
 /*

@@ -27,14 +27,21 @@
  *	  rolls back, so the rollback lowers the mark to the row's key;
  *	- a lease that rolls back lowers the mark to where it started, which
  *	  also covers rows it only locked.
- * A raise is computed from a scan whose snapshot was taken after the lease
- * read the mark, so it can only have missed rows committed (or rolled back)
- * after that read; every such row's lowering after the read is recorded in
- * the entry (lowered), and the raise stops there.  Lowerings and raises are
+ * Rows that the lease's scan skipped because another transaction had
+ * them locked are found by a check the lease makes before it raises
+ * (lease.c, lease_raise_mark): a lock does not always end in a delete.
+ * The scan and the check ran with snapshots taken after the lease read the
+ * mark, so they can only have missed rows committed (or rolled back) after
+ * that read; every such row's lowering after the read is recorded in the
+ * entry (lowered), and the raise stops there.  Lowerings and raises are
  * ordered by the table's spinlock: a lowering after the raise simply lowers
  * the raised mark.  Each raise starts a new generation and forgets the
  * lowerings of the old one, so a lease that read the mark before another
  * lease's raise does not raise at all.
+ *
+ * An invalidation of silo.task's relcache entry (its triggers changed, it
+ * was truncated or altered, vacuum updated its statistics) drops the
+ * database's marks: rows may have changed while the trigger did not fire.
  *
  * Two-phase commit is refused for transactions that change due tasks: a
  * prepared transaction's rows become visible in another session, whose
@@ -56,6 +63,7 @@
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 
@@ -81,10 +89,13 @@ typedef struct MarkShared
 {
 	slock_t		mutex;
 	uint64		clock;			/* generations and use times come from here */
+	Oid			task_relid;		/* silo.task, as the last lease found it */
 	MarkEntry	entries[MARK_ENTRIES];
 } MarkShared;
 
 static MarkShared *mark_shared = NULL;
+
+static void mark_forget_all(void);
 
 /* A lowering this transaction owes at commit or at rollback. */
 typedef struct MarkOwed
@@ -423,13 +434,63 @@ silo_mark_enabled(Relation task_rel)
 			t->tgenabled == TRIGGER_FIRES_ALWAYS)
 			enabled = true;
 	}
-	if (!enabled && mark_shared != NULL)
-	{
-		SpinLockAcquire(&mark_shared->mutex);
-		for (i = 0; i < MARK_ENTRIES; i++)
-			if (mark_shared->entries[i].db == MyDatabaseId)
-				mark_shared->entries[i].db = InvalidOid;
-		SpinLockRelease(&mark_shared->mutex);
-	}
+	if (!enabled)
+		mark_forget_all();
 	return enabled;
+}
+
+/*
+ * mark_forget_all: drop every mark of this database (no mark is the
+ * lowest key, always safe).
+ */
+static void
+mark_forget_all(void)
+{
+	int			i;
+
+	if (mark_shared == NULL)
+		return;
+	SpinLockAcquire(&mark_shared->mutex);
+	for (i = 0; i < MARK_ENTRIES; i++)
+		if (mark_shared->entries[i].db == MyDatabaseId)
+			mark_shared->entries[i].db = InvalidOid;
+	SpinLockRelease(&mark_shared->mutex);
+}
+
+/*
+ * silo_mark_watch: a lease names silo.task's OID before it locks the
+ * table, so that the invalidation callback below knows the relation.
+ */
+void
+silo_mark_watch(Oid task_relid)
+{
+	if (mark_shared != NULL)
+		mark_shared->task_relid = task_relid;	/* an aligned Oid: one store */
+}
+
+/*
+ * mark_relcache_callback: silo.task's cached definition is being
+ * invalidated -- its triggers changed (disabled, re-enabled, dropped,
+ * re-created), it was truncated or altered, or vacuum updated its
+ * statistics.  Rows may have changed while the trigger did not fire, so
+ * the marks go.  Every backend that sees the invalidation does this; a
+ * lease sees it when it locks the table, before it reads its mark.
+ */
+static void
+mark_relcache_callback(Datum arg, Oid relid)
+{
+	if (mark_shared == NULL)
+		return;
+	if (relid == InvalidOid || relid == mark_shared->task_relid)
+		mark_forget_all();
+}
+
+/*
+ * silo_mark_init: register the invalidation callback (from _PG_init, so
+ * every backend has it).
+ */
+void
+silo_mark_init(void)
+{
+	CacheRegisterRelcacheCallback(mark_relcache_callback, (Datum) 0);
 }

@@ -53,6 +53,7 @@ _PG_init(void)
 	RegisterXactCallback(silo_xact_callback, NULL);
 	silo_planner_init();
 	RegisterSubXactCallback(silo_subxact_callback, NULL);
+	silo_mark_init();
 
 	if (!process_shared_preload_libraries_in_progress)
 		return;

@@ -177,6 +177,8 @@ typedef struct SiloMarkKey
 extern const SiloMarkKey silo_mark_lowest;
 extern void silo_mark_shmem_request(void);
 extern void silo_mark_shmem_startup(void);
+extern void silo_mark_init(void);
+extern void silo_mark_watch(Oid task_relid);
 extern bool silo_mark_enabled(Relation task_rel);
 extern void silo_mark_begin(const char *task_group, SiloMarkKey *start, uint64 *gen);
 extern void silo_mark_raise(const char *task_group, uint64 gen, const SiloMarkKey *key);
