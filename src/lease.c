@@ -35,7 +35,7 @@ PG_FUNCTION_INFO_V1(silo_heartbeat);
  * lease marks safe (it does from extension version 1.3 on).
  */
 static bool
-lease_marks_enabled(void)
+lease_marks_enabled(Oid *task_relid)
 {
 	Oid			relid;
 	Relation	rel;
@@ -44,10 +44,10 @@ lease_marks_enabled(void)
 	relid = get_relname_relid("task", get_namespace_oid("silo", false));
 	if (!OidIsValid(relid))
 		return false;
-	silo_mark_watch(relid);		/* before the lock, which reads invalidations */
 	rel = table_open(relid, AccessShareLock);
 	enabled = silo_mark_enabled(rel);
 	table_close(rel, NoLock);
+	*task_relid = relid;
 	return enabled;
 }
 
@@ -100,6 +100,7 @@ silo_lease(PG_FUNCTION_ARGS)
 	uint64		i;
 	uint64		n_refresh;
 	bool		use_mark;
+	Oid			task_relid = InvalidOid;
 	SiloMarkKey start;
 	uint64		gen = 0;
 
@@ -157,10 +158,10 @@ silo_lease(PG_FUNCTION_ARGS)
 	lease_promote_group(task_group, now);
 
 	/* read the mark before the scan's snapshot is taken (leasemark.c) */
-	use_mark = lease_marks_enabled();
+	use_mark = lease_marks_enabled(&task_relid);
 	start = silo_mark_lowest;
 	if (use_mark)
-		silo_mark_begin(task_group, &start, &gen);
+		silo_mark_begin(task_group, task_relid, &start, &gen);
 
 	values[0] = CStringGetTextDatum(task_group);
 	values[1] = Int32GetDatum(max_tasks);

@@ -76,6 +76,7 @@ PG_FUNCTION_INFO_V1(silo_task_mark_trigger);
 typedef struct MarkEntry
 {
 	Oid			db;				/* InvalidOid: free */
+	Oid			relid;			/* silo.task of that database */
 	uint32		hash;
 	uint64		gen;			/* changes with every raise and every reuse */
 	uint64		used_at;		/* for eviction: the table's clock at the
@@ -89,13 +90,12 @@ typedef struct MarkShared
 {
 	slock_t		mutex;
 	uint64		clock;			/* generations and use times come from here */
-	Oid			task_relid;		/* silo.task, as the last lease found it */
 	MarkEntry	entries[MARK_ENTRIES];
 } MarkShared;
 
 static MarkShared *mark_shared = NULL;
 
-static void mark_forget_all(void);
+static void mark_forget(Oid relid);
 
 /* A lowering this transaction owes at commit or at rollback. */
 typedef struct MarkOwed
@@ -217,7 +217,7 @@ mark_lower(const char *task_group, const SiloMarkKey *key, bool record)
  * before the scan takes its snapshot.
  */
 void
-silo_mark_begin(const char *task_group, SiloMarkKey *start, uint64 *gen)
+silo_mark_begin(const char *task_group, Oid task_relid, SiloMarkKey *start, uint64 *gen)
 {
 	MarkEntry  *e = NULL;
 
@@ -229,6 +229,14 @@ silo_mark_begin(const char *task_group, SiloMarkKey *start, uint64 *gen)
 	e = mark_find(task_group, true);
 	if (e != NULL)
 	{
+		if (e->relid != task_relid)
+		{
+			/* a new silo.task (the extension was re-created): start over */
+			e->relid = task_relid;
+			e->mark = silo_mark_lowest;
+			e->lowered = mark_highest;
+			e->gen = mark_shared->clock++;
+		}
 		*start = e->mark;
 		*gen = e->gen;
 		e->used_at = mark_shared->clock++;
@@ -435,16 +443,16 @@ silo_mark_enabled(Relation task_rel)
 			enabled = true;
 	}
 	if (!enabled)
-		mark_forget_all();
+		mark_forget(InvalidOid);
 	return enabled;
 }
 
 /*
- * mark_forget_all: drop every mark of this database (no mark is the
- * lowest key, always safe).
+ * mark_forget: drop the marks of this database kept for relation relid,
+ * or all of them for InvalidOid (no mark is the lowest key, always safe).
  */
 static void
-mark_forget_all(void)
+mark_forget(Oid relid)
 {
 	int			i;
 
@@ -452,20 +460,13 @@ mark_forget_all(void)
 		return;
 	SpinLockAcquire(&mark_shared->mutex);
 	for (i = 0; i < MARK_ENTRIES; i++)
-		if (mark_shared->entries[i].db == MyDatabaseId)
-			mark_shared->entries[i].db = InvalidOid;
-	SpinLockRelease(&mark_shared->mutex);
-}
+	{
+		MarkEntry  *e = &mark_shared->entries[i];
 
-/*
- * silo_mark_watch: a lease names silo.task's OID before it locks the
- * table, so that the invalidation callback below knows the relation.
- */
-void
-silo_mark_watch(Oid task_relid)
-{
-	if (mark_shared != NULL)
-		mark_shared->task_relid = task_relid;	/* an aligned Oid: one store */
+		if (e->db == MyDatabaseId && (relid == InvalidOid || e->relid == relid))
+			e->db = InvalidOid;
+	}
+	SpinLockRelease(&mark_shared->mutex);
 }
 
 /*
@@ -479,10 +480,7 @@ silo_mark_watch(Oid task_relid)
 static void
 mark_relcache_callback(Datum arg, Oid relid)
 {
-	if (mark_shared == NULL)
-		return;
-	if (relid == InvalidOid || relid == mark_shared->task_relid)
-		mark_forget_all();
+	mark_forget(relid);
 }
 
 /*

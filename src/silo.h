@@ -178,9 +178,9 @@ extern const SiloMarkKey silo_mark_lowest;
 extern void silo_mark_shmem_request(void);
 extern void silo_mark_shmem_startup(void);
 extern void silo_mark_init(void);
-extern void silo_mark_watch(Oid task_relid);
 extern bool silo_mark_enabled(Relation task_rel);
-extern void silo_mark_begin(const char *task_group, SiloMarkKey *start, uint64 *gen);
+extern void silo_mark_begin(const char *task_group, Oid task_relid, SiloMarkKey *start,
+							uint64 *gen);
 extern void silo_mark_raise(const char *task_group, uint64 gen, const SiloMarkKey *key);
 extern void silo_mark_owe(const char *task_group, const SiloMarkKey *key, bool at_commit);
 extern void silo_mark_xact_end(bool commit);

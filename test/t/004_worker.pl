@@ -207,6 +207,10 @@ $w = start_worker('tap-slow2', '--task-group', 'slow2', '--concurrency', '2', '-
 ok( poll_until(
 		$node, q{SELECT count(*) FROM silo.leases WHERE worker_id = 'tap-slow2'}, '2', 30),
 	'second signal: the worker holds two leases');
+# A lease is held before its handler has started: wait for both pid files.
+my $pid_deadline = time() + 30;
+usleep(50_000)
+  while (grep({ !-s "$dir/pids/slow2-$_" } 1 .. 2) && time() < $pid_deadline);
 kill 'TERM', $w->{pid};
 ok(wait_for_output($w, qr/stopping; waiting up to 60000 ms for 2 job\(s\)/, 20),
 	'second signal: after the first SIGTERM the worker waits for its jobs');
