@@ -450,6 +450,9 @@ silo_mark_enabled(Relation task_rel)
 /*
  * mark_forget: drop the marks of this database kept for relation relid,
  * or all of them for InvalidOid (no mark is the lowest key, always safe).
+ * It runs for every relcache invalidation of any relation, so it first
+ * looks without the lock: an entry's relid only changes when a lease
+ * (re)starts it at the lowest key, which leaves nothing to drop.
  */
 static void
 mark_forget(Oid relid)
@@ -457,6 +460,15 @@ mark_forget(Oid relid)
 	int			i;
 
 	if (mark_shared == NULL)
+		return;
+	for (i = 0; i < MARK_ENTRIES; i++)
+	{
+		volatile MarkEntry *e = &mark_shared->entries[i];
+
+		if (e->db == MyDatabaseId && (relid == InvalidOid || e->relid == relid))
+			break;
+	}
+	if (i == MARK_ENTRIES)
 		return;
 	SpinLockAcquire(&mark_shared->mutex);
 	for (i = 0; i < MARK_ENTRIES; i++)
