@@ -193,3 +193,17 @@ SELECT count(*) AS kept FROM silo.jobs WHERE tenant = 'lm' AND id = 'prepared';
 SELECT count(*) AS leases, count(DISTINCT task_id) AS tasks, count(DISTINCT (tenant, job_id)) AS jobs
   FROM silo.leases;
 SELECT task_group, count(*) AS pending FROM silo.tasks GROUP BY task_group ORDER BY task_group;
+
+-- a lease reads a bounded part of task_ready however many tasks wait
+-- behind the ones it takes: with 3,000 due tasks (about 15 leaf pages),
+-- leasing one reads a few index pages, not the whole group (the mark's
+-- check once walked every due task of the group)
+SELECT count(*) AS enqueued FROM silo.enqueue_many((SELECT jsonb_agg(jsonb_build_object(
+    'task_group', 'lwalk', 'tenant', 'lwalk', 'id', 'w' || g)) FROM generate_series(1, 3000) g));
+SELECT count(*) AS leased FROM silo.lease('w1', 'lwalk', 1);
+BEGIN;
+SELECT set_config('lwalk.before', pg_stat_get_xact_blocks_fetched('silo.task_ready'::regclass)::text, true) IS NOT NULL AS counted;
+SELECT count(*) AS leased FROM silo.lease('w1', 'lwalk', 1);
+SELECT pg_stat_get_xact_blocks_fetched('silo.task_ready'::regclass)
+       - current_setting('lwalk.before')::bigint <= 8 AS few_pages_read;
+COMMIT;

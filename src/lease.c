@@ -231,18 +231,20 @@ silo_lease(PG_FUNCTION_ARGS)
  * scan skipped the rows other transactions had locked, and a lock does
  * not always end in a delete: a FOR UPDATE whose re-check fails keeps the
  * row locked, unchanged, to the end of its transaction.  So the raise
- * stops at the first due row still visible in [start, past) -- seen with
+ * stops at the first due row still visible at or after start -- seen with
  * a snapshot taken after the lease's delete, so the tasks just leased are
- * gone from it and anything another lease skipped is in it.
+ * gone from it and anything another lease skipped is in it -- when that
+ * row lies below past.  The query has no upper bound on purpose: a B-tree
+ * scan cannot end early on a row comparison that fails only on a later
+ * column, so "< past" would walk every due task of the group.
  */
 static void
 lease_raise_mark(const char *task_group, uint64 gen, const SiloMarkKey *start,
 				 const SiloMarkKey *past)
 {
 	static SPIPlanPtr plan = NULL;
-	static const Oid types[7] = {TEXTOID, INT2OID, TIMESTAMPTZOID, INT8OID,
-	INT2OID, TIMESTAMPTZOID, INT8OID};
-	Datum		values[7];
+	static const Oid types[4] = {TEXTOID, INT2OID, TIMESTAMPTZOID, INT8OID};
+	Datum		values[4];
 	SiloMarkKey to = *past;
 	bool		isnull;
 
@@ -250,21 +252,21 @@ lease_raise_mark(const char *task_group, uint64 gen, const SiloMarkKey *start,
 	values[1] = Int16GetDatum(start->priority);
 	values[2] = TimestampTzGetDatum(start->start_at);
 	values[3] = Int64GetDatum(start->seq);
-	values[4] = Int16GetDatum(past->priority);
-	values[5] = TimestampTzGetDatum(past->start_at);
-	values[6] = Int64GetDatum(past->seq);
 	silo_exec(&plan,
 			  "SELECT priority, start_at, seq FROM silo.task"
 			  " WHERE task_group = $1 AND due"
 			  "   AND (priority, start_at, seq) >= ($2, $3, $4)"
-			  "   AND (priority, start_at, seq) < ($5, $6, $7)"
 			  " ORDER BY priority, start_at, seq LIMIT 1",
-			  7, types, values, NULL, false, 1);
+			  4, types, values, NULL, false, 1);
 	if (SPI_processed == 1)
 	{
-		to.priority = DatumGetInt16(silo_col(0, 1, &isnull));
-		to.start_at = silo_col_ts(0, 2, &isnull);
-		to.seq = silo_col_int64(0, 3);
+		SiloMarkKey first;
+
+		first.priority = DatumGetInt16(silo_col(0, 1, &isnull));
+		first.start_at = silo_col_ts(0, 2, &isnull);
+		first.seq = silo_col_int64(0, 3);
+		if (silo_mark_cmp(&first, past) < 0)
+			to = first;
 	}
 	silo_mark_raise(task_group, gen, &to);
 }

@@ -111,11 +111,11 @@ const SiloMarkKey silo_mark_lowest = {PG_INT16_MIN, PG_INT64_MIN, PG_INT64_MIN};
 static const SiloMarkKey mark_highest = {PG_INT16_MAX, PG_INT64_MAX, PG_INT64_MAX};
 
 /*
- * mark_cmp: order of two keys, as task_ready orders (priority, start_at,
- * seq).
+ * silo_mark_cmp: order of two keys, as task_ready orders (priority,
+ * start_at, seq).
  */
-static int
-mark_cmp(const SiloMarkKey *a, const SiloMarkKey *b)
+int
+silo_mark_cmp(const SiloMarkKey *a, const SiloMarkKey *b)
 {
 	if (a->priority != b->priority)
 		return a->priority < b->priority ? -1 : 1;
@@ -202,9 +202,9 @@ mark_lower(const char *task_group, const SiloMarkKey *key, bool record)
 	e = mark_find(task_group, false);
 	if (e != NULL)
 	{
-		if (mark_cmp(key, &e->mark) < 0)
+		if (silo_mark_cmp(key, &e->mark) < 0)
 			e->mark = *key;
-		if (record && mark_cmp(key, &e->lowered) < 0)
+		if (record && silo_mark_cmp(key, &e->lowered) < 0)
 			e->lowered = *key;
 	}
 	SpinLockRelease(&mark_shared->mutex);
@@ -262,9 +262,9 @@ silo_mark_raise(const char *task_group, uint64 gen, const SiloMarkKey *key)
 	e = mark_find(task_group, false);
 	if (e != NULL && e->gen == gen)
 	{
-		const SiloMarkKey *to = mark_cmp(&e->lowered, key) < 0 ? &e->lowered : key;
+		const SiloMarkKey *to = silo_mark_cmp(&e->lowered, key) < 0 ? &e->lowered : key;
 
-		if (mark_cmp(to, &e->mark) > 0)
+		if (silo_mark_cmp(to, &e->mark) > 0)
 			e->mark = *to;
 		e->lowered = mark_highest;
 		e->gen = mark_shared->clock++;
@@ -289,7 +289,7 @@ silo_mark_owe(const char *task_group, const SiloMarkKey *key, bool at_commit)
 		o = (MarkOwed *) lfirst(lc);
 		if (o->at_commit == at_commit && strcmp(o->task_group, task_group) == 0)
 		{
-			if (mark_cmp(key, &o->key) < 0)
+			if (silo_mark_cmp(key, &o->key) < 0)
 				o->key = *key;
 			return;
 		}

@@ -175,6 +175,7 @@ typedef struct SiloMarkKey
 } SiloMarkKey;
 
 extern const SiloMarkKey silo_mark_lowest;
+extern int	silo_mark_cmp(const SiloMarkKey *a, const SiloMarkKey *b);
 extern void silo_mark_shmem_request(void);
 extern void silo_mark_shmem_startup(void);
 extern void silo_mark_init(void);
