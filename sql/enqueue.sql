@@ -4,7 +4,7 @@
 --
 SELECT test_helpers.reset();
 
--- defaults: a generated id (a v4 UUID), tenant '-', priority 50, empty
+-- defaults: a generated id (a version 7 UUID), tenant '-', priority 50, empty
 -- payload and metadata, no retry policy, no limits, due now
 SELECT silo.enqueue('enq') AS j1 \gset
 SELECT test_helpers.is_uuid(:'j1') AS generated_id_is_uuid;
@@ -17,6 +17,18 @@ SELECT test_helpers.rows('-');
 
 -- two generated ids differ
 SELECT silo.enqueue('enq') <> silo.enqueue('enq') AS ids_differ;
+-- generated ids sort in the order they were made, within a call and
+-- across calls (their first 60 bits are the time, kept increasing), so a
+-- new job's index entries go to the right-hand edge of each index (rolled
+-- back: the counts below stay as they are)
+BEGIN;
+SELECT silo.enqueue('enq') AS j_before \gset
+SELECT bool_and(prev IS NULL OR id COLLATE "C" > prev COLLATE "C") AS ids_increase,
+       bool_and(id COLLATE "C" > :'j_before' COLLATE "C") AS after_earlier_call, count(*) AS ids
+  FROM (SELECT id, lag(id) OVER (ORDER BY ord) AS prev
+          FROM silo.enqueue_many((SELECT jsonb_agg(jsonb_build_object('task_group', 'enq'))
+                                    FROM generate_series(1, 200))) WITH ORDINALITY AS e(id, ord)) x;
+ROLLBACK;
 
 -- every argument, by name
 SELECT silo.enqueue(task_group => 'enq',

@@ -41,10 +41,11 @@ EXCEPTION WHEN OTHERS THEN
 END
 $$;
 
--- is_uuid(text): is this the canonical text of a version 4 UUID?
+-- is_uuid(text): is this the canonical text of a version 7 (time-ordered)
+-- UUID, the kind silo generates for job and task ids?
 CREATE FUNCTION test_helpers.is_uuid(s text) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
-	SELECT s ~ '^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$'
+	SELECT s ~ '^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$'
 $$;
 
 -- rows(tenant): how many rows each silo table holds for one tenant
@@ -104,6 +105,7 @@ $$;
 -- the helpers work
 SELECT test_helpers.sqlstate_of('SELECT 1/0') AS division,
 	   test_helpers.sqlstate_of('SELECT 1') AS fine,
-	   test_helpers.is_uuid(gen_random_uuid()::text) AS uuid_ok,
+	   test_helpers.is_uuid('019a8f3c-5b2e-7d41-9c3e-2f6a1b8e4d07') AS uuid_ok,
+	   test_helpers.is_uuid(gen_random_uuid()::text) AS v4_uuid,
 	   test_helpers.is_uuid('not-a-uuid') AS not_uuid,
 	   test_helpers.rows('-') AS empty;
