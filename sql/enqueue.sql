@@ -18,7 +18,7 @@ SELECT test_helpers.rows('-');
 -- two generated ids differ
 SELECT silo.enqueue('enq') <> silo.enqueue('enq') AS ids_differ;
 -- generated ids sort in the order they were made, within a call and
--- across calls (their first 60 bits are the time, kept increasing), so a
+-- across calls (their 60 time bits are kept increasing), so a
 -- new job's index entries go to the right-hand edge of each index (rolled
 -- back: the counts below stay as they are)
 BEGIN;

@@ -196,8 +196,9 @@ SELECT task_group, count(*) AS pending FROM silo.tasks GROUP BY task_group ORDER
 
 -- a lease reads a bounded part of task_ready however many tasks wait
 -- behind the ones it takes: with 3,000 due tasks (about 15 leaf pages),
--- leasing one reads a few index pages, not the whole group (the mark's
--- check once walked every due task of the group)
+-- leasing one reads a few index pages (4; up to about 7 right after
+-- autovacuum dropped the marks), not the whole group (the mark's check
+-- once walked every due task of the group: 18)
 SELECT count(*) AS enqueued FROM silo.enqueue_many((SELECT jsonb_agg(jsonb_build_object(
     'task_group', 'lwalk', 'tenant', 'lwalk', 'id', 'w' || g)) FROM generate_series(1, 3000) g));
 SELECT count(*) AS leased FROM silo.lease('w1', 'lwalk', 1);
@@ -205,5 +206,5 @@ BEGIN;
 SELECT set_config('lwalk.before', pg_stat_get_xact_blocks_fetched('silo.task_ready'::regclass)::text, true) IS NOT NULL AS counted;
 SELECT count(*) AS leased FROM silo.lease('w1', 'lwalk', 1);
 SELECT pg_stat_get_xact_blocks_fetched('silo.task_ready'::regclass)
-       - current_setting('lwalk.before')::bigint <= 8 AS few_pages_read;
+       - current_setting('lwalk.before')::bigint <= 12 AS few_pages_read;
 COMMIT;
