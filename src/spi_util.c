@@ -167,8 +167,9 @@ silo_now_ts(void)
 /*
  * silo_new_uuid: a new time-ordered (version 7, RFC 9562) UUID as a uuid
  * Datum, palloc'd in the current context.  The first 48 bits are the Unix
- * time in milliseconds and the next 12 the fraction of the millisecond,
- * kept strictly increasing within a backend; the last 62 bits are random.
+ * time in milliseconds and, after the version nibble, 12 bits hold the
+ * fraction of the millisecond; those 60 bits are kept strictly increasing
+ * within a backend.  The last 62 bits (after the variant) are random.
  * Ids made one after another therefore sort together, so the B-tree
  * entries of new jobs and tasks go to the right-hand edge of their
  * indexes instead of to random leaf pages.
