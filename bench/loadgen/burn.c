@@ -64,10 +64,7 @@ drain_thread(void *arg)
 
 		if (now_sec() > deadline)
 		{
-			pthread_mutex_lock(&sh->mu);
-			if (now_sec() > sh->t_stopped)
-				sh->t_stopped = now_sec();
-			pthread_mutex_unlock(&sh->mu);
+			note_stop(&sh->mu, &sh->t_stopped);
 			break;
 		}
 		n = system_take_batch(conn, sh->o->system, worker, sh->o);

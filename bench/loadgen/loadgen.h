@@ -5,6 +5,7 @@
 #ifndef SILO_LOADGEN_H
 #define SILO_LOADGEN_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <libpq-fe.h>
 
@@ -79,6 +80,7 @@ double		now_sec(void);
 void		sleep_until(double t);
 void		die(const char *fmt,...) __attribute__((format(printf, 1, 2), noreturn));
 void		sleep_ms(int ms);
+void		note_stop(pthread_mutex_t *mu, double *t_stopped);
 void	   *xcalloc(size_t n, size_t size);
 long		json_long(const char *json, const char *key, long dflt);
 int			parse_list(const char *s, long *out, int max);

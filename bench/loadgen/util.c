@@ -31,6 +31,17 @@ die(const char *fmt,...)
 	exit(1);
 }
 
+/* note_stop: a worker hit the time cap; record the latest such moment in
+ * *t_stopped (shared by the workers, guarded by mu). */
+void
+note_stop(pthread_mutex_t *mu, double *t_stopped)
+{
+	pthread_mutex_lock(mu);
+	if (now_sec() > *t_stopped)
+		*t_stopped = now_sec();
+	pthread_mutex_unlock(mu);
+}
+
 /* sleep_ms: sleep for ms milliseconds. */
 void
 sleep_ms(int ms)
