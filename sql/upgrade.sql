@@ -4,7 +4,8 @@
 -- version and updating to the default.
 
 -- every version PostgreSQL can install, and the default one (1.1: limits;
--- 1.2: complete_many, plans that need no statistics; 1.3: lease marks)
+-- 1.2: complete_many, plans that need no statistics; 1.3: lease marks;
+-- 1.4: byte-order collation of text columns)
 SELECT version, installed FROM pg_available_extension_versions
  WHERE name = 'silo' ORDER BY version;
 
@@ -45,6 +46,31 @@ SELECT count(*) AS definer_functions FROM pg_proc p
 -- and 1.3's: the lease-mark trigger, firing always
 SELECT tgname, tgenabled FROM pg_trigger
  WHERE tgrelid = 'silo.task'::regclass AND NOT tgisinternal;
+-- and 1.4's: every text column of silo's tables compares bytewise ("C"),
+-- the views dropped and re-created around that change are still members
+-- of the extension with their grants, and 0x03 is ascending without
+-- deduplication
+SELECT c.relname, a.attname, a.attcollation::regcollation
+  FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+ WHERE c.relnamespace = 'silo'::regnamespace AND c.relkind = 'r'
+   AND a.attnum > 0 AND NOT a.attisdropped
+   AND a.atttypid IN ('text'::regtype, 'text[]'::regtype)
+   AND a.attcollation <> '"C"'::regcollation;
+SELECT count(*) AS text_columns FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+ WHERE c.relnamespace = 'silo'::regnamespace AND c.relkind = 'r'
+   AND a.attnum > 0 AND NOT a.attisdropped
+   AND a.atttypid IN ('text'::regtype, 'text[]'::regtype);
+SELECT c.relname, d.deptype AS member,
+       ARRAY(SELECT r.rolname || '=' || a.privilege_type
+               FROM aclexplode(c.relacl) a JOIN pg_roles r ON r.oid = a.grantee
+              WHERE a.grantee <> c.relowner ORDER BY 1) AS grants
+  FROM pg_class c
+  LEFT JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid
+                       AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'silo')
+ WHERE c.relnamespace = 'silo'::regnamespace AND c.relkind = 'v'
+ ORDER BY c.relname;
+SELECT pg_get_indexdef('silo.job_status_by_status'::regclass),
+       (SELECT reloptions FROM pg_class WHERE oid = 'silo.job_status_by_status'::regclass);
 
 -- re-creating keeps exactly one purge job in pg_cron
 SELECT count(*) FROM cron.job WHERE jobname = 'silo-purge-terminal-jobs';

@@ -186,12 +186,13 @@ silo_lease(PG_FUNCTION_ARGS)
 			  "  SELECT task_id, 'run', task_group, tenant, job_id, attempt, relative_attempt,"
 			  "    priority, start_at, seq, $3, $4, $5, holds FROM t)"
 			  "SELECT t.task_id, t.tenant, t.job_id, t.attempt, t.relative_attempt,"
-			  "  (t.j).retry_count IS NULL OR t.relative_attempt > (t.j).retry_count,"
-			  "  t.priority::integer, t.task_group, (t.j).payload, (t.j).metadata,"
+			  "  j.retry_count IS NULL OR t.relative_attempt > j.retry_count,"
+			  "  t.priority::integer, t.task_group, j.payload, j.metadata,"
 			  "  t.priority, t.start_at, t.seq"
-			  "  FROM (SELECT t.*, (SELECT i FROM silo.job_info i"
-			  "                     WHERE i.tenant = t.tenant AND i.id = t.job_id) AS j"
-			  "          FROM t OFFSET 0) t"	/* OFFSET 0: one look-up per task */
+			  "  FROM t LEFT JOIN LATERAL (SELECT i.retry_count, i.payload, i.metadata"
+			  "                              FROM silo.job_info i"
+			  "                             WHERE i.tenant = t.tenant AND i.id = t.job_id"
+			  "                             LIMIT 1) j ON true"
 			  " ORDER BY t.priority, t.start_at, t.seq",
 			  8, types, values, NULL, false, 0);
 

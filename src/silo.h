@@ -64,7 +64,7 @@ extern int	silo_clock_offset_ms;
 #define SILO_LOCKTAG_CLASS		0x5110
 
 /* The extension version this library implements (silo.control). */
-#define SILO_EXTENSION_VERSION	"1.3"
+#define SILO_EXTENSION_VERSION	"1.4"
 
 /* The pg_cron job that runs the retention purge. */
 #define SILO_PURGE_JOB_NAME		"silo-purge-terminal-jobs"
