@@ -208,3 +208,14 @@ SELECT count(*) AS leased FROM silo.lease('w1', 'lwalk', 1);
 SELECT pg_stat_get_xact_blocks_fetched('silo.task_ready'::regclass)
        - current_setting('lwalk.before')::bigint <= 12 AS few_pages_read;
 COMMIT;
+-- and it fetches the payload by one primary-key probe of job_info per
+-- task (a root-to-leaf descent and a heap page: 3 to 4 pages), never by a
+-- join that reads the table or its index whole (3,000 jobs: about 60 pages)
+BEGIN;
+SELECT set_config('lwalk.info', (pg_stat_get_xact_blocks_fetched('silo.job_info'::regclass)
+       + pg_stat_get_xact_blocks_fetched('silo.job_info_pkey'::regclass))::text, true) IS NOT NULL AS counted;
+SELECT count(*) AS leased FROM silo.lease('w1', 'lwalk', 1);
+SELECT pg_stat_get_xact_blocks_fetched('silo.job_info'::regclass)
+       + pg_stat_get_xact_blocks_fetched('silo.job_info_pkey'::regclass)
+       - current_setting('lwalk.info')::bigint <= 6 AS one_probe;
+COMMIT;

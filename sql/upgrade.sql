@@ -75,6 +75,50 @@ SELECT pg_get_indexdef('silo.job_status_by_status'::regclass),
 -- re-creating keeps exactly one purge job in pg_cron
 SELECT count(*) FROM cron.job WHERE jobname = 'silo-purge-terminal-jobs';
 
+-- 1.3 -> 1.4 re-creates silo's views around the collation change and puts
+-- back what a DBA did to them: an extra grant, a revoked one, a comment.
+-- The extension's record of its own initial grants (pg_init_privs, what
+-- pg_dump compares against) stays the shipped one, so pg_dump still dumps
+-- exactly the DBA's changes.  A view of the DBA's on a silo view stops the
+-- update, naming it.
+DROP EXTENSION silo;
+CREATE EXTENSION silo VERSION '1.3';
+CREATE ROLE regress_silo_reports NOLOGIN;
+CREATE TEMP TABLE init_before AS
+  SELECT c.relname, ip.initprivs::text AS initprivs
+    FROM pg_init_privs ip JOIN pg_class c ON c.oid = ip.objoid
+   WHERE ip.classoid = 'pg_class'::regclass AND c.relnamespace = 'silo'::regnamespace
+     AND c.relkind = 'v';
+SELECT silo.enqueue('upgrade-views', id => 'v1');
+GRANT SELECT ON silo.jobs TO regress_silo_reports;
+REVOKE SELECT ON silo.finished_jobs FROM silo_producer;
+COMMENT ON VIEW silo.jobs IS 'one row per job';
+CREATE VIEW public.my_jobs AS SELECT id, status FROM silo.jobs;
+ALTER EXTENSION silo UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'silo';
+DROP VIEW public.my_jobs;
+ALTER EXTENSION silo UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'silo';
+SELECT c.relname,
+       ARRAY(SELECT r.rolname || '=' || a.privilege_type
+               FROM aclexplode(c.relacl) a JOIN pg_roles r ON r.oid = a.grantee
+              WHERE a.grantee <> c.relowner ORDER BY 1) AS grants,
+       obj_description(c.oid, 'pg_class') AS comment
+  FROM pg_class c
+ WHERE c.oid IN ('silo.jobs'::regclass, 'silo.finished_jobs'::regclass)
+ ORDER BY 1;
+-- the recorded initial grants of every view are those of before the update
+SELECT count(*) AS views_recorded,
+       count(*) FILTER (WHERE b.initprivs IS NOT DISTINCT FROM ip.initprivs::text) AS unchanged
+  FROM init_before b
+  JOIN pg_class c ON c.relname = b.relname AND c.relnamespace = 'silo'::regnamespace
+  LEFT JOIN pg_init_privs ip ON ip.objoid = c.oid AND ip.classoid = 'pg_class'::regclass;
+-- and the view still reads the job enqueued before the update
+SELECT id, status FROM silo.jobs WHERE id = 'v1';
+DROP EXTENSION silo;
+DROP ROLE regress_silo_reports;
+CREATE EXTENSION silo;
+
 -- and the re-created extension works
 SELECT silo.enqueue('upgrade-check', id => 'u1');
 SELECT job_id FROM silo.lease('w', 'upgrade-check');

@@ -171,6 +171,14 @@ silo_lease(PG_FUNCTION_ARGS)
 	values[5] = Int16GetDatum(start.priority);
 	values[6] = TimestampTzGetDatum(start.start_at);
 	values[7] = Int64GetDatum(start.seq);
+
+	/*
+	 * Each leased task's payload comes from job_info by one primary-key
+	 * probe: a LATERAL subquery with LIMIT cannot be flattened into a join,
+	 * so it is always the parameterized inner side of a nested loop, and it
+	 * projects only the three columns used (a scalar subquery returning the
+	 * whole row, as before 1.4, built and took apart a row datum per task).
+	 */
 	silo_exec(&plan,
 			  "WITH t AS ("
 			  "  DELETE FROM silo.task WHERE ctid = ANY(ARRAY("
