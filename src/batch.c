@@ -8,9 +8,10 @@
  * start-up per task.  complete_many does the same transition for every
  * task of a batch in one statement: the lease rows are deleted (the
  * delete is the lock, as for a single report), the attempt rows inserted
- * and the job_status rows ended, set-wise.  Only jobs with limits need a
- * step per task afterwards: their slots are released, in the same
- * transaction, by the same code as silo.complete.
+ * and the job_status rows ended, set-wise.  Jobs with limits then free
+ * their slots, in the same transaction, also set-wise
+ * (silo_limits_release_many: one statement for the batch's holder rows,
+ * one for which keys have waiters; only those are granted).
  *
  * A task whose lease is gone, has expired or belongs to another worker is
  * skipped: that is a race a worker must expect (the sweep ended the
@@ -243,9 +244,7 @@ silo_complete_many(PG_FUNCTION_ARGS)
 		}
 
 		/* Jobs with limits free their slots, and grant the waiters. */
-		for (i = 0; i < n; i++)
-			if (tenants[i] != NULL)
-				silo_limits_release(tenants[i], holds[i], ids[i], now);
+		silo_limits_release_many((int) n, tenants, holds, ids, now);
 	}
 	silo_spi_finish();
 	return (Datum) 0;

@@ -843,6 +843,162 @@ silo_limits_release(const char *tenant, List *queues, Datum task_id, TimestampTz
 	}
 }
 
+/* One key a batch releases: its lock hash, and whether the lock was had. */
+typedef struct ChainReleased
+{
+	uint64		hash;
+	const char *tenant;
+	const char *queue;
+	bool		locked;
+} ChainReleased;
+
+/*
+ * chain_released_cmp: qsort comparator of released keys, in hash order
+ * (the global lock order), equal keys together.
+ */
+static int
+chain_released_cmp(const void *a, const void *b)
+{
+	const ChainReleased *x = (const ChainReleased *) a;
+	const ChainReleased *y = (const ChainReleased *) b;
+	int			c;
+
+	if (x->hash != y->hash)
+		return x->hash < y->hash ? -1 : 1;
+	c = strcmp(x->tenant, y->tenant);
+	return c != 0 ? c : strcmp(x->queue, y->queue);
+}
+
+/*
+ * silo_limits_release_many: silo_limits_release for the tasks of a batch
+ * (complete_many): tenants[i] is NULL for a task that holds nothing.  The
+ * keys of the whole batch are locked in one pass in hash order, under the
+ * same rules (wait only in order; a busy key gets a regrant marker); all
+ * holder rows go in one statement, and one more finds the released keys
+ * that have waiters, so that only those are granted.  Per task that is
+ * no statement at all, where silo_limits_release runs two.
+ */
+void
+silo_limits_release_many(int ntasks, char **tenants, List **holds, Datum *task_ids,
+						 TimestampTz now)
+{
+	static SPIPlanPtr delete_plan = NULL;
+	static SPIPlanPtr waiters_plan = NULL;
+	static const Oid delete_types[3] = {TEXTARRAYOID, TEXTARRAYOID, UUIDARRAYOID};
+	static const Oid waiters_types[2] = {TEXTARRAYOID, TEXTARRAYOID};
+	ChainReleased *keys;
+	Datum	   *del_tenants;
+	Datum	   *del_queues;
+	Datum	   *del_tasks;
+	Datum	   *key_tenants;
+	Datum	   *key_queues;
+	int		   *key_index;
+	Datum		values[3];
+	int			n = 0;
+	int			nkeys = 0;
+	int			i;
+	uint64		r;
+
+	for (i = 0; i < ntasks; i++)
+		if (tenants[i] != NULL)
+			n += list_length(holds[i]);
+	if (n == 0)
+		return;
+
+	keys = palloc(sizeof(ChainReleased) * n);
+	del_tenants = palloc(sizeof(Datum) * n);
+	del_queues = palloc(sizeof(Datum) * n);
+	del_tasks = palloc(sizeof(Datum) * n);
+	n = 0;
+	for (i = 0; i < ntasks; i++)
+	{
+		ListCell   *lc;
+
+		if (tenants[i] == NULL)
+			continue;
+		foreach(lc, holds[i])
+		{
+			keys[n].tenant = tenants[i];
+			keys[n].queue = (const char *) lfirst(lc);
+			keys[n].hash = chain_hash('c', tenants[i], keys[n].queue, NULL);
+			del_tenants[n] = CStringGetTextDatum(tenants[i]);
+			del_queues[n] = CStringGetTextDatum(keys[n].queue);
+			del_tasks[n] = task_ids[i];
+			n++;
+		}
+	}
+
+	/* lock each distinct key once, in the global order */
+	qsort(keys, n, sizeof(ChainReleased), chain_released_cmp);
+	for (i = 0; i < n; i++)
+	{
+		if (i > 0 && chain_released_cmp(&keys[i - 1], &keys[i]) == 0)
+			keys[i].locked = keys[i - 1].locked;
+		else
+			keys[i].locked = chain_lock(keys[i].hash, false);
+	}
+
+	/* every holder row of the batch, found by primary key, deleted by ctid */
+	values[0] = PointerGetDatum(construct_array(del_tenants, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[1] = PointerGetDatum(construct_array(del_queues, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[2] = PointerGetDatum(construct_array(del_tasks, n, UUIDOID, UUID_LEN, false,
+												TYPALIGN_CHAR));
+	silo_exec(&delete_plan,
+			  "DELETE FROM silo.concurrency_holder WHERE ctid = ANY(ARRAY("
+			  " SELECT (SELECT h.ctid FROM silo.concurrency_holder h"
+			  "          WHERE h.tenant = x.tenant AND h.queue = x.queue AND h.task_id = x.task_id)"
+			  "   FROM unnest($1, $2, $3) AS x(tenant, queue, task_id)))",
+			  3, delete_types, values, NULL, false, 0);
+
+	/* busy keys go to the broker; the others are granted if anyone waits */
+	key_tenants = palloc(sizeof(Datum) * n);
+	key_queues = palloc(sizeof(Datum) * n);
+	key_index = palloc(sizeof(int) * n);
+	for (i = 0; i < n; i++)
+	{
+		if (i > 0 && chain_released_cmp(&keys[i - 1], &keys[i]) == 0)
+			continue;
+		if (!keys[i].locked)
+		{
+			chain_mark_regrant(keys[i].tenant, keys[i].queue, now);
+			continue;
+		}
+		key_tenants[nkeys] = CStringGetTextDatum(keys[i].tenant);
+		key_queues[nkeys] = CStringGetTextDatum(keys[i].queue);
+		key_index[nkeys] = i;
+		nkeys++;
+	}
+	if (nkeys == 0)
+		return;
+	values[0] = PointerGetDatum(construct_array(key_tenants, nkeys, TEXTOID, -1, false,
+												TYPALIGN_INT));
+	values[1] = PointerGetDatum(construct_array(key_queues, nkeys, TEXTOID, -1, false,
+												TYPALIGN_INT));
+
+	/*
+	 * A scalar subquery per key (a primary-key probe), never a semi-join.
+	 * Not read-only, so that it takes a new snapshot, as the grant's own
+	 * read does: a waiter that queued while this transaction waited for
+	 * the key's lock has committed, and must be seen.
+	 */
+	silo_exec(&waiters_plan,
+			  "SELECT x.ord::int FROM unnest($1, $2) WITH ORDINALITY AS x(tenant, queue, ord)"
+			  " WHERE (SELECT true FROM silo.concurrency_request q"
+			  "         WHERE q.tenant = x.tenant AND q.queue = x.queue LIMIT 1)"
+			  " ORDER BY x.ord",
+			  2, waiters_types, values, NULL, false, 0);
+	{
+		uint64		nwaiting = SPI_processed;
+		int		   *waiting = palloc(sizeof(int) * (nwaiting + 1));
+
+		/* silo_grant_key runs statements of its own: copy the result first */
+		for (r = 0; r < nwaiting; r++)
+			waiting[r] = key_index[silo_col_int32((int) r, 1) - 1];
+		for (r = 0; r < nwaiting; r++)
+			silo_grant_key(keys[waiting[r]].tenant, keys[waiting[r]].queue, now);
+	}
+}
+
 /*
  * chain_regrant_item: the broker's handling of one marked key: take its
  * lock (without waiting: a busy key is retried), drop its markers and

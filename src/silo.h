@@ -231,6 +231,8 @@ extern void silo_chain_start(SiloChainJob *job, TimestampTz now);
 extern void silo_chain_resume(SiloChainJob *job, int at, SiloChainMode mode, TimestampTz now);
 extern void silo_grant_key(const char *tenant, const char *queue, TimestampTz now);
 extern void silo_limits_release(const char *tenant, List *queues, Datum task_id, TimestampTz now);
+extern void silo_limits_release_many(int ntasks, char **tenants, List **holds, Datum *task_ids,
+									 TimestampTz now);
 extern bool silo_chain_cancel(SiloChainJob *job, TimestampTz now);
 extern int64 silo_run_regrants(TimestampTz now, int limit, int64 *offset, bool *more);
 

@@ -203,7 +203,12 @@ sub poll_until
 	while (1)
 	{
 		($out, $err) = ('', '');
-		$node->psql($db, $sql, stdout => \$out, stderr => \$err);
+
+		# psql can exit before reading its input (the server is still in
+		# crash recovery and refuses the connection): IPC::Run then dies on
+		# the broken pipe.  That is one more failed poll, not the test's end.
+		eval { $node->psql($db, $sql, stdout => \$out, stderr => \$err); 1 }
+		  or $err = "psql: $@";
 		chomp $out;
 		return 1 if $out eq $expected;
 		last if time() > $deadline;
@@ -232,7 +237,8 @@ sub poll_value
 	while (1)
 	{
 		my ($out, $err) = ('', '');
-		my $rc = $node->psql($db, $sql, stdout => \$out, stderr => \$err);
+		# as in poll_until: a psql that exits unread is a failed poll
+		my $rc = eval { $node->psql($db, $sql, stdout => \$out, stderr => \$err) } // -1;
 		chomp $out;
 		return $out if $rc == 0 && $out ne '';
 		last if time() > $deadline;

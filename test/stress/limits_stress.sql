@@ -385,6 +385,20 @@ BEGIN
 		IF batched THEN
 			counts := stress.bump(counts, 'batched_reports', cardinality(tasks));
 		END IF;
+		-- Half the batches complete their run tasks in one complete_many
+		-- call, which frees the keys of the whole batch set-wise.
+		IF batched AND random() < 0.5 THEN
+			BEGIN
+				op := 'complete_many';
+				counts := stress.bump(counts, 'complete_many',
+					(SELECT count(*)::int FROM silo.complete_many(
+						ARRAY(SELECT x.task_id FROM unnest(tasks) x WHERE x.kind = 'run'), w)));
+			EXCEPTION WHEN OTHERS THEN
+				GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
+				INSERT INTO stress.error VALUES (w, op, st, msg, det);
+			END;
+			tasks := ARRAY(SELECT x FROM unnest(tasks) x WHERE x.kind <> 'run');
+		END IF;
 		FOREACH t IN ARRAY tasks LOOP
 			IF NOT batched THEN
 				-- the work itself: a few milliseconds

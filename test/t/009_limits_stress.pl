@@ -16,7 +16,8 @@
 #     could never end.
 #   - 4 workers: complete, fail (retried per policy), release, heartbeat +
 #     ack_cancel, ack_cancel, one report per transaction or a batch in one
-#     transaction; one lease call in 25 uses a short lease and
+#     transaction (half of those batches complete their run tasks with one
+#     complete_many); one lease call in 25 uses a short lease and
 #     never reports (expiry, sweep); refresh tasks of floating keys get
 #     report_refresh (the max never goes down) or fail_refresh.
 #   - chaos: cancels, restarts of Failed/Cancelled jobs, expedites.
@@ -271,7 +272,7 @@ UNION ALL SELECT 'limited_jobs', count(*) FROM stress.enqueued WHERE nlimits > 0
 for my $what (
 	'job:Succeeded', 'job:Failed', 'job:Cancelled', 'attempt:E_STRESS',
 	'attempt:WORKER_CRASHED', 'attempt:RATE_LIMITED',
-	'release', 'ack_cancel_self', 'batched_reports', 'cancel', 'restarts', 'expedite',
+	'release', 'ack_cancel_self', 'batched_reports', 'complete_many', 'cancel', 'restarts', 'expedite',
 	'report_refresh', 'fail_refresh', 'abandon_run', 'raised_floating',
 	'samples_full_keys', 'samples_chain_tasks', 'limited_jobs')
 {
