@@ -208,7 +208,7 @@ sub poll_until
 		# crash recovery and refuses the connection): IPC::Run then dies on
 		# the broken pipe.  That is one more failed poll, not the test's end.
 		eval { $node->psql($db, $sql, stdout => \$out, stderr => \$err); 1 }
-		  or $err = "psql: $@";
+		  or ($@ =~ /Broken pipe/ ? ($err = "psql: $@") : die $@);
 		chomp $out;
 		return 1 if $out eq $expected;
 		last if time() > $deadline;
@@ -234,17 +234,24 @@ sub poll_value
 	my $db = $opt{db} // 'postgres';
 	my $deadline = time() + ($timeout // 30);
 
+	my ($out, $err) = ('', '');
+
 	while (1)
 	{
-		my ($out, $err) = ('', '');
+		($out, $err) = ('', '');
 		# as in poll_until: a psql that exits unread is a failed poll
-		my $rc = eval { $node->psql($db, $sql, stdout => \$out, stderr => \$err) } // -1;
+		my $rc = eval { $node->psql($db, $sql, stdout => \$out, stderr => \$err) };
+		if (!defined $rc)
+		{
+			die $@ unless $@ =~ /Broken pipe/;
+			($rc, $err) = (-1, "psql: $@");
+		}
 		chomp $out;
 		return $out if $rc == 0 && $out ne '';
 		last if time() > $deadline;
 		usleep(50_000);
 	}
-	diag("poll_value timed out after ${timeout}s: $sql");
+	diag("poll_value timed out after ${timeout}s: $sql\nlast stderr: $err");
 	return undef;
 }
 

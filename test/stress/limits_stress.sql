@@ -386,9 +386,18 @@ BEGIN
 			counts := stress.bump(counts, 'batched_reports', cardinality(tasks));
 		END IF;
 		-- Half the batches complete their run tasks in one complete_many
-		-- call, which frees the keys of the whole batch set-wise.
+		-- call, which frees the keys of the whole batch set-wise; half of
+		-- those complete one task alone first, so that complete_many starts
+		-- holding a key and may only try the keys below it.
 		IF batched AND random() < 0.5 THEN
 			BEGIN
+				IF random() < 0.5 AND EXISTS (SELECT 1 FROM unnest(tasks) x WHERE x.kind = 'run') THEN
+					op := 'complete';
+					t := (SELECT x FROM unnest(tasks) x WHERE x.kind = 'run' LIMIT 1);
+					PERFORM silo.complete(t.task_id, w);
+					counts := stress.bump(counts, 'complete_before_many');
+					tasks := ARRAY(SELECT x FROM unnest(tasks) x WHERE x.task_id <> t.task_id);
+				END IF;
 				op := 'complete_many';
 				counts := stress.bump(counts, 'complete_many',
 					(SELECT count(*)::int FROM silo.complete_many(

@@ -272,7 +272,7 @@ UNION ALL SELECT 'limited_jobs', count(*) FROM stress.enqueued WHERE nlimits > 0
 for my $what (
 	'job:Succeeded', 'job:Failed', 'job:Cancelled', 'attempt:E_STRESS',
 	'attempt:WORKER_CRASHED', 'attempt:RATE_LIMITED',
-	'release', 'ack_cancel_self', 'batched_reports', 'complete_many', 'cancel', 'restarts', 'expedite',
+	'release', 'ack_cancel_self', 'batched_reports', 'complete_many', 'complete_before_many', 'cancel', 'restarts', 'expedite',
 	'report_refresh', 'fail_refresh', 'abandon_run', 'raised_floating',
 	'samples_full_keys', 'samples_chain_tasks', 'limited_jobs')
 {
