@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * chain.c
- *	  The limit chain: key locks, walking a job's limits in order, granting
- *	  waiting requesters, and releasing the slots a job holds.
+ *	  The limit chain: key locks, walking a job's limits in order, and
+ *	  granting waiting requesters.  Releasing the slots a job holds is in
+ *	  release.c.
  *
  * Where a pending attempt of a job with limits can be, exactly one of:
  *	  silo.chain_task			its start time has not come, or a rate limit
@@ -99,11 +100,11 @@ silo_limits_set_broker(void)
 }
 
 /*
- * chain_hash: the 64-bit lock hash of a key: domain 'c' for concurrency
+ * silo_key_hash: the 64-bit lock hash of a key: domain 'c' for concurrency
  * keys (fixed and floating share one key space), 'r' for rate buckets.
  */
-static uint64
-chain_hash(char domain, const char *tenant, const char *a, const char *b)
+uint64
+silo_key_hash(char domain, const char *tenant, const char *a, const char *b)
 {
 	StringInfoData buf;
 
@@ -117,13 +118,13 @@ chain_hash(char domain, const char *tenant, const char *a, const char *b)
 }
 
 /*
- * chain_lock: lock a key hash.  Waits only when always_wait is set or
+ * silo_key_lock: lock a key hash.  Waits only when always_wait is set or
  * the hash is above every key already held (and never in nowait mode);
  * otherwise only tries.  Returns false when the lock is busy, or when the
  * transaction already holds CHAIN_MAX_XACT_KEYS keys (unless always_wait).
  */
-static bool
-chain_lock(uint64 h, bool always_wait)
+bool
+silo_key_lock(uint64 h, bool always_wait)
 {
 	LOCKTAG		tag;
 	bool		wait;
@@ -166,44 +167,39 @@ chain_busy(const char *tenant, const char *key)
 void
 silo_limits_lock_key(const char *tenant, const char *queue)
 {
-	if (!chain_lock(chain_hash('c', tenant, queue, NULL), true))
+	if (!silo_key_lock(silo_key_hash('c', tenant, queue, NULL), true))
 		chain_busy(tenant, queue);
 }
 
 /* A key and its hash, for sorting. */
-typedef struct ChainKey
-{
-	uint64		hash;
-	char	   *queue;
-} ChainKey;
 
 static int
 chain_key_cmp(const void *a, const void *b)
 {
-	uint64		x = ((const ChainKey *) a)->hash;
-	uint64		y = ((const ChainKey *) b)->hash;
+	uint64		x = ((const SiloKey *) a)->hash;
+	uint64		y = ((const SiloKey *) b)->hash;
 
 	return x < y ? -1 : (x > y ? 1 : 0);
 }
 
 /*
- * chain_sorted_keys: the concurrency keys of queues with their lock
+ * silo_sorted_keys: the concurrency keys of queues with their lock
  * hashes, in hash order (the global lock order).
  */
-static ChainKey *
-chain_sorted_keys(const char *tenant, List *queues)
+SiloKey *
+silo_sorted_keys(const char *tenant, List *queues)
 {
-	ChainKey   *keys = palloc(sizeof(ChainKey) * (list_length(queues) + 1));
+	SiloKey   *keys = palloc(sizeof(SiloKey) * (list_length(queues) + 1));
 	ListCell   *lc;
 	int			i = 0;
 
 	foreach(lc, queues)
 	{
 		keys[i].queue = (char *) lfirst(lc);
-		keys[i].hash = chain_hash('c', tenant, keys[i].queue, NULL);
+		keys[i].hash = silo_key_hash('c', tenant, keys[i].queue, NULL);
 		i++;
 	}
-	qsort(keys, i, sizeof(ChainKey), chain_key_cmp);
+	qsort(keys, i, sizeof(SiloKey), chain_key_cmp);
 	return keys;
 }
 
@@ -214,11 +210,11 @@ chain_sorted_keys(const char *tenant, List *queues)
 void
 silo_limits_lock_all(const char *tenant, List *queues)
 {
-	ChainKey   *keys = chain_sorted_keys(tenant, queues);
+	SiloKey   *keys = silo_sorted_keys(tenant, queues);
 	int			i;
 
 	for (i = 0; i < list_length(queues); i++)
-		if (!chain_lock(keys[i].hash, true))
+		if (!silo_key_lock(keys[i].hash, true))
 			chain_busy(tenant, keys[i].queue);
 }
 
@@ -494,7 +490,7 @@ chain_step_rate(SiloChainJob *job, int at, SiloChainMode mode, TimestampTz now)
 	SiloLimit  *l = &job->limits[at];
 	TimestampTz next_admit;
 
-	if (!chain_lock(chain_hash('r', job->tenant, l->key, l->unique_key), false))
+	if (!silo_key_lock(silo_key_hash('r', job->tenant, l->key, l->unique_key), false))
 	{
 		chain_defer(job, at, mode, now);
 		return false;
@@ -537,7 +533,7 @@ chain_step_key(SiloChainJob *job, int at, SiloChainMode mode, TimestampTz now)
 	bool		waiting;
 	int32		max;
 
-	if (!chain_lock(chain_hash('c', job->tenant, l->key, NULL), false))
+	if (!silo_key_lock(silo_key_hash('c', job->tenant, l->key, NULL), false))
 	{
 		chain_defer(job, at, mode, now);
 		return false;
@@ -776,327 +772,4 @@ silo_grant_key(const char *tenant, const char *queue, TimestampTz now)
 		if (!stale && n < CHAIN_GRANT_BATCH)
 			return;
 	}
-}
-
-/*
- * chain_mark_regrant: a released key whose lock was busy: the holder row
- * is gone, but its waiters must be looked at by whoever can take the
- * lock.  The marker is a plain insert (no unique key), so writing it never
- * waits; the broker grants and deletes markers.
- */
-static void
-chain_mark_regrant(const char *tenant, const char *queue, TimestampTz now)
-{
-	static SPIPlanPtr plan = NULL;
-	static const Oid types[3] = {TEXTOID, TEXTOID, TIMESTAMPTZOID};
-	Datum		values[3];
-
-	values[0] = CStringGetTextDatum(tenant);
-	values[1] = CStringGetTextDatum(queue);
-	values[2] = TimestampTzGetDatum(now);
-	silo_exec(&plan,
-			  "INSERT INTO silo.concurrency_regrant (tenant, queue, marked_at) VALUES ($1, $2, $3)",
-			  3, types, values, NULL, false, 0);
-	silo_wake_broker_at_commit();
-}
-
-/*
- * silo_limits_release: free the slots task_id holds on queues, in the
- * caller's transaction.  Keys are taken in hash order, waiting only where
- * the global order allows; a key that is busy out of order is not waited
- * for (a transaction completing a batch of jobs would otherwise deadlock
- * with another): its holder row is deleted all the same -- a concurrent
- * grant can only over-count it, never over-grant -- and a regrant marker
- * hands its waiters to the broker.  Keys taken are granted at once.
- */
-void
-silo_limits_release(const char *tenant, List *queues, Datum task_id, TimestampTz now)
-{
-	static SPIPlanPtr plan = NULL;
-	static const Oid types[3] = {TEXTOID, TEXTARRAYOID, UUIDOID};
-	Datum		values[3];
-	int			n = list_length(queues);
-	ChainKey   *keys;
-	bool	   *locked;
-	int			i;
-
-	if (n == 0)
-		return;
-	keys = chain_sorted_keys(tenant, queues);
-	locked = palloc(sizeof(bool) * n);
-	for (i = 0; i < n; i++)
-		locked[i] = chain_lock(keys[i].hash, false);
-
-	values[0] = CStringGetTextDatum(tenant);
-	values[1] = silo_holds_datum(queues);
-	values[2] = task_id;
-	silo_exec(&plan,
-			  "DELETE FROM silo.concurrency_holder"
-			  " WHERE tenant = $1 AND queue = ANY($2) AND task_id = $3",
-			  3, types, values, NULL, false, 0);
-	for (i = 0; i < n; i++)
-	{
-		if (locked[i])
-			silo_grant_key(tenant, keys[i].queue, now);
-		else
-			chain_mark_regrant(tenant, keys[i].queue, now);
-	}
-}
-
-/* One key a batch releases: its lock hash, and whether the lock was had. */
-typedef struct ChainReleased
-{
-	uint64		hash;
-	const char *tenant;
-	const char *queue;
-	bool		locked;
-} ChainReleased;
-
-/*
- * chain_released_cmp: qsort comparator of released keys, in hash order
- * (the global lock order), equal keys together.
- */
-static int
-chain_released_cmp(const void *a, const void *b)
-{
-	const ChainReleased *x = (const ChainReleased *) a;
-	const ChainReleased *y = (const ChainReleased *) b;
-	int			c;
-
-	if (x->hash != y->hash)
-		return x->hash < y->hash ? -1 : 1;
-	c = strcmp(x->tenant, y->tenant);
-	return c != 0 ? c : strcmp(x->queue, y->queue);
-}
-
-/*
- * silo_limits_release_many: silo_limits_release for the tasks of a batch
- * (complete_many): tenants[i] is NULL for a task that holds nothing.  The
- * keys of the whole batch are locked in one pass in hash order, under the
- * same rules (wait only in order; a busy key gets a regrant marker); all
- * holder rows go in one statement, and one more finds the released keys
- * that have waiters, so that only those are granted.  Per task that is
- * no statement at all, where silo_limits_release runs two.
- */
-void
-silo_limits_release_many(int ntasks, char **tenants, List **holds, Datum *task_ids,
-						 TimestampTz now)
-{
-	static SPIPlanPtr delete_plan = NULL;
-	static SPIPlanPtr waiters_plan = NULL;
-	static const Oid delete_types[3] = {TEXTARRAYOID, TEXTARRAYOID, UUIDARRAYOID};
-	static const Oid waiters_types[2] = {TEXTARRAYOID, TEXTARRAYOID};
-	ChainReleased *keys;
-	Datum	   *del_tenants;
-	Datum	   *del_queues;
-	Datum	   *del_tasks;
-	Datum	   *key_tenants;
-	Datum	   *key_queues;
-	int		   *key_index;
-	Datum		values[3];
-	int			n = 0;
-	int			nkeys = 0;
-	int			i;
-	uint64		r;
-
-	for (i = 0; i < ntasks; i++)
-		if (tenants[i] != NULL)
-			n += list_length(holds[i]);
-	if (n == 0)
-		return;
-
-	keys = palloc(sizeof(ChainReleased) * n);
-	del_tenants = palloc(sizeof(Datum) * n);
-	del_queues = palloc(sizeof(Datum) * n);
-	del_tasks = palloc(sizeof(Datum) * n);
-	n = 0;
-	for (i = 0; i < ntasks; i++)
-	{
-		ListCell   *lc;
-
-		if (tenants[i] == NULL)
-			continue;
-		foreach(lc, holds[i])
-		{
-			keys[n].tenant = tenants[i];
-			keys[n].queue = (const char *) lfirst(lc);
-			keys[n].hash = chain_hash('c', tenants[i], keys[n].queue, NULL);
-			del_tenants[n] = CStringGetTextDatum(tenants[i]);
-			del_queues[n] = CStringGetTextDatum(keys[n].queue);
-			del_tasks[n] = task_ids[i];
-			n++;
-		}
-	}
-
-	/* lock each distinct key once, in the global order */
-	qsort(keys, n, sizeof(ChainReleased), chain_released_cmp);
-	for (i = 0; i < n; i++)
-	{
-		if (i > 0 && chain_released_cmp(&keys[i - 1], &keys[i]) == 0)
-			keys[i].locked = keys[i - 1].locked;
-		else
-			keys[i].locked = chain_lock(keys[i].hash, false);
-	}
-
-	/* every holder row of the batch, found by primary key, deleted by ctid */
-	values[0] = PointerGetDatum(construct_array(del_tenants, n, TEXTOID, -1, false, TYPALIGN_INT));
-	values[1] = PointerGetDatum(construct_array(del_queues, n, TEXTOID, -1, false, TYPALIGN_INT));
-	values[2] = PointerGetDatum(construct_array(del_tasks, n, UUIDOID, UUID_LEN, false,
-												TYPALIGN_CHAR));
-	silo_exec(&delete_plan,
-			  "DELETE FROM silo.concurrency_holder WHERE ctid = ANY(ARRAY("
-			  " SELECT (SELECT h.ctid FROM silo.concurrency_holder h"
-			  "          WHERE h.tenant = x.tenant AND h.queue = x.queue AND h.task_id = x.task_id)"
-			  "   FROM unnest($1, $2, $3) AS x(tenant, queue, task_id)))",
-			  3, delete_types, values, NULL, false, 0);
-
-	/* busy keys go to the broker; the others are granted if anyone waits */
-	key_tenants = palloc(sizeof(Datum) * n);
-	key_queues = palloc(sizeof(Datum) * n);
-	key_index = palloc(sizeof(int) * n);
-	for (i = 0; i < n; i++)
-	{
-		if (i > 0 && chain_released_cmp(&keys[i - 1], &keys[i]) == 0)
-			continue;
-		if (!keys[i].locked)
-		{
-			chain_mark_regrant(keys[i].tenant, keys[i].queue, now);
-			continue;
-		}
-		key_tenants[nkeys] = CStringGetTextDatum(keys[i].tenant);
-		key_queues[nkeys] = CStringGetTextDatum(keys[i].queue);
-		key_index[nkeys] = i;
-		nkeys++;
-	}
-	if (nkeys == 0)
-		return;
-	values[0] = PointerGetDatum(construct_array(key_tenants, nkeys, TEXTOID, -1, false,
-												TYPALIGN_INT));
-	values[1] = PointerGetDatum(construct_array(key_queues, nkeys, TEXTOID, -1, false,
-												TYPALIGN_INT));
-
-	/*
-	 * A scalar subquery per key (a primary-key probe), never a semi-join.
-	 * Not read-only, so that it takes a new snapshot, as the grant's own
-	 * read does: a waiter that queued while this transaction waited for
-	 * the key's lock has committed, and must be seen.
-	 */
-	silo_exec(&waiters_plan,
-			  "SELECT x.ord::int FROM unnest($1, $2) WITH ORDINALITY AS x(tenant, queue, ord)"
-			  " WHERE (SELECT true FROM silo.concurrency_request q"
-			  "         WHERE q.tenant = x.tenant AND q.queue = x.queue LIMIT 1)"
-			  " ORDER BY x.ord",
-			  2, waiters_types, values, NULL, false, 0);
-	{
-		uint64		nwaiting = SPI_processed;
-		int		   *waiting = palloc(sizeof(int) * (nwaiting + 1));
-
-		/* silo_grant_key runs statements of its own: copy the result first */
-		for (r = 0; r < nwaiting; r++)
-			waiting[r] = key_index[silo_col_int32((int) r, 1) - 1];
-		for (r = 0; r < nwaiting; r++)
-			silo_grant_key(keys[waiting[r]].tenant, keys[waiting[r]].queue, now);
-	}
-}
-
-/*
- * chain_regrant_item: the broker's handling of one marked key: take its
- * lock (without waiting: a busy key is retried), drop its markers and
- * grant its waiters.
- */
-static bool
-chain_regrant_item(int i, void *arg, TimestampTz now)
-{
-	static SPIPlanPtr plan = NULL;
-	static const Oid types[2] = {TEXTOID, TEXTOID};
-	char	   *tenant = SILO_CELL((SiloListed *) arg, i, 0);
-	char	   *queue = SILO_CELL((SiloListed *) arg, i, 1);
-	Datum		values[2];
-
-	silo_limits_lock_key(tenant, queue);
-	values[0] = CStringGetTextDatum(tenant);
-	values[1] = CStringGetTextDatum(queue);
-	silo_exec(&plan, "DELETE FROM silo.concurrency_regrant WHERE tenant = $1 AND queue = $2",
-			  2, types, values, NULL, false, 0);
-	silo_grant_key(tenant, queue, now);
-	return true;
-}
-
-static char *
-chain_regrant_describe(int i, void *arg)
-{
-	SiloListed *l = (SiloListed *) arg;
-
-	return psprintf("grant the waiters of key \"%s\" of tenant \"%s\"",
-					SILO_CELL(l, i, 1), SILO_CELL(l, i, 0));
-}
-
-/*
- * silo_run_regrants: the broker's pass over keys with regrant markers, at
- * most limit keys after skipping *offset busy ones.  Returns the number
- * of keys granted.
- */
-int64
-silo_run_regrants(TimestampTz now, int limit, int64 *offset, bool *more)
-{
-	static SPIPlanPtr plan = NULL;
-
-	/* $1 (now) is not needed: every marker is due. */
-	return silo_run_listed(&plan,
-						   "SELECT tenant, queue FROM silo.concurrency_regrant"
-						   " WHERE $1 IS NOT NULL GROUP BY tenant, queue"
-						   " ORDER BY min(marked_at) OFFSET $3 LIMIT $2",
-						   now, limit, offset, more, chain_regrant_item, chain_regrant_describe);
-}
-
-/*
- * silo_chain_cancel: remove a waiting attempt of a job with limits from
- * wherever it waits -- leasable task, chain task or requester row -- and
- * free every slot it holds.  The caller holds the job's status row.  The
- * job's keys are locked first, so a grant in flight has committed (and
- * its task is seen) or has not started.  Returns false when the attempt
- * was found nowhere (a worker leased it meanwhile).
- */
-bool
-silo_chain_cancel(SiloChainJob *job, TimestampTz now)
-{
-	static SPIPlanPtr plan = NULL;
-	static SPIPlanPtr holders_plan = NULL;
-	static const Oid types[9] = {
-		TEXTOID, TEXTOID, INT4OID, TEXTARRAYOID, INT2OID, TIMESTAMPTZOID, INT8OID, UUIDOID,
-		TEXTOID
-	};
-	Datum		values[9];
-	List	   *queues = silo_limit_queues(job->limits, job->nlimits);
-	ListCell   *lc;
-
-	silo_limits_lock_all(job->tenant, queues);
-	values[0] = CStringGetTextDatum(job->tenant);
-	values[1] = CStringGetTextDatum(job->job_id);
-	values[2] = Int32GetDatum(job->attempt);
-	values[3] = silo_holds_datum(queues);
-	values[4] = Int16GetDatum((int16) job->priority);
-	values[5] = TimestampTzGetDatum(job->start_at);
-	values[6] = Int64GetDatum(job->seq);
-	values[7] = job->task_id;
-	values[8] = CStringGetTextDatum(job->task_group);
-	silo_exec(&plan,
-			  "WITH t AS (DELETE FROM silo.task WHERE task_group = $9 AND start_at = $6"
-			  "    AND priority = $5 AND tenant = $1 AND job_id = $2 AND attempt = $3 RETURNING 1),"
-			  " c AS (DELETE FROM silo.chain_task WHERE tenant = $1 AND job_id = $2 AND attempt = $3"
-			  "    RETURNING 1),"
-			  " r AS (DELETE FROM silo.concurrency_request WHERE tenant = $1 AND queue = ANY($4)"
-			  "    AND priority = $5 AND start_at = $6 AND seq = $7 AND attempt = $3 RETURNING 1)"
-			  "SELECT (SELECT count(*) FROM t) + (SELECT count(*) FROM c) + (SELECT count(*) FROM r)",
-			  9, types, values, NULL, false, 0);
-	if (silo_col_int64(0, 1) == 0)
-		return false;			/* running: its slots stay with the worker */
-
-	silo_exec(&holders_plan,
-			  "DELETE FROM silo.concurrency_holder WHERE tenant = $1 AND queue = ANY($4)"
-			  " AND task_id = $8",
-			  9, types, values, NULL, false, 0);
-	foreach(lc, queues)
-		silo_grant_key(job->tenant, (char *) lfirst(lc), now);
-	return true;
 }
