@@ -172,24 +172,29 @@ silo_limits_lock_key(const char *tenant, const char *queue)
 }
 
 /* A key and its hash, for sorting. */
+typedef struct ChainKey
+{
+	uint64		hash;
+	char	   *queue;
+} ChainKey;
 
 static int
 chain_key_cmp(const void *a, const void *b)
 {
-	uint64		x = ((const SiloKey *) a)->hash;
-	uint64		y = ((const SiloKey *) b)->hash;
+	uint64		x = ((const ChainKey *) a)->hash;
+	uint64		y = ((const ChainKey *) b)->hash;
 
 	return x < y ? -1 : (x > y ? 1 : 0);
 }
 
 /*
- * silo_sorted_keys: the concurrency keys of queues with their lock
+ * chain_sorted_keys: the concurrency keys of queues with their lock
  * hashes, in hash order (the global lock order).
  */
-SiloKey *
-silo_sorted_keys(const char *tenant, List *queues)
+static ChainKey *
+chain_sorted_keys(const char *tenant, List *queues)
 {
-	SiloKey   *keys = palloc(sizeof(SiloKey) * (list_length(queues) + 1));
+	ChainKey   *keys = palloc(sizeof(ChainKey) * (list_length(queues) + 1));
 	ListCell   *lc;
 	int			i = 0;
 
@@ -199,7 +204,7 @@ silo_sorted_keys(const char *tenant, List *queues)
 		keys[i].hash = silo_key_hash('c', tenant, keys[i].queue, NULL);
 		i++;
 	}
-	qsort(keys, i, sizeof(SiloKey), chain_key_cmp);
+	qsort(keys, i, sizeof(ChainKey), chain_key_cmp);
 	return keys;
 }
 
@@ -210,7 +215,7 @@ silo_sorted_keys(const char *tenant, List *queues)
 void
 silo_limits_lock_all(const char *tenant, List *queues)
 {
-	SiloKey   *keys = silo_sorted_keys(tenant, queues);
+	ChainKey   *keys = chain_sorted_keys(tenant, queues);
 	int			i;
 
 	for (i = 0; i < list_length(queues); i++)

@@ -45,45 +45,21 @@ release_mark_regrant(const char *tenant, const char *queue, TimestampTz now)
 
 /*
  * silo_limits_release: free the slots task_id holds on queues, in the
- * caller's transaction.  Keys are taken in hash order, waiting only where
- * the global order allows; a key that is busy out of order is not waited
- * for (a transaction completing a batch of jobs would otherwise deadlock
- * with another): its holder row is deleted all the same -- a concurrent
- * grant can only over-count it, never over-grant -- and a regrant marker
- * hands its waiters to the broker.  Keys taken are granted at once.
+ * caller's transaction: a batch of one for silo_limits_release_many.  Keys
+ * are taken in hash order, waiting only where the global order allows; a
+ * key that is busy out of order is not waited for (a transaction
+ * completing a batch of jobs would otherwise deadlock with another): its
+ * holder row is deleted all the same -- a concurrent grant can only
+ * over-count it, never over-grant -- and a regrant marker hands its
+ * waiters to the broker.  Keys taken are granted at once.
  */
 void
 silo_limits_release(const char *tenant, List *queues, Datum task_id, TimestampTz now)
 {
-	static SPIPlanPtr plan = NULL;
-	static const Oid types[3] = {TEXTOID, TEXTARRAYOID, UUIDOID};
-	Datum		values[3];
-	int			n = list_length(queues);
-	SiloKey   *keys;
-	bool	   *locked;
-	int			i;
+	char	   *tenants[1];
 
-	if (n == 0)
-		return;
-	keys = silo_sorted_keys(tenant, queues);
-	locked = palloc(sizeof(bool) * n);
-	for (i = 0; i < n; i++)
-		locked[i] = silo_key_lock(keys[i].hash, false);
-
-	values[0] = CStringGetTextDatum(tenant);
-	values[1] = silo_holds_datum(queues);
-	values[2] = task_id;
-	silo_exec(&plan,
-			  "DELETE FROM silo.concurrency_holder"
-			  " WHERE tenant = $1 AND queue = ANY($2) AND task_id = $3",
-			  3, types, values, NULL, false, 0);
-	for (i = 0; i < n; i++)
-	{
-		if (locked[i])
-			silo_grant_key(tenant, keys[i].queue, now);
-		else
-			release_mark_regrant(tenant, keys[i].queue, now);
-	}
+	tenants[0] = pstrdup(tenant);
+	silo_limits_release_many(1, tenants, &queues, &task_id, now);
 }
 
 /* One key a batch releases: its lock hash, and whether the lock was had. */
@@ -113,13 +89,14 @@ release_key_cmp(const void *a, const void *b)
 }
 
 /*
- * silo_limits_release_many: silo_limits_release for the tasks of a batch
- * (complete_many): tenants[i] is NULL for a task that holds nothing.  The
- * keys of the whole batch are locked in one pass in hash order, under the
- * same rules (wait only in order; a busy key gets a regrant marker); all
- * holder rows go in one statement, and one more finds the released keys
- * that have waiters, so that only those are granted.  Per task that is
- * no statement at all, where silo_limits_release runs two.
+ * silo_limits_release_many: free the slots of the tasks of a batch
+ * (complete_many; silo_limits_release is a batch of one): tenants[i] is
+ * NULL for a task that holds nothing.  The keys of the whole batch are
+ * locked in one pass in hash order, under the rules above (wait only in
+ * order; a busy key gets a regrant marker); all holder rows go in one
+ * statement, and one more finds the released keys that have waiters, so
+ * that only those are granted: two statements for the batch, not two per
+ * key.
  */
 void
 silo_limits_release_many(int ntasks, char **tenants, List **holds, Datum *task_ids,

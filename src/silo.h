@@ -229,16 +229,8 @@ extern List *silo_limit_queues(SiloLimit *limits, int n);
 extern void silo_chain_load_limits(SiloChainJob *job);
 extern void silo_chain_start(SiloChainJob *job, TimestampTz now);
 extern void silo_chain_resume(SiloChainJob *job, int at, SiloChainMode mode, TimestampTz now);
-/* A concurrency key of one tenant with its lock hash (chain.c). */
-typedef struct SiloKey
-{
-	uint64		hash;
-	char	   *queue;
-} SiloKey;
-
 extern uint64 silo_key_hash(char domain, const char *tenant, const char *a, const char *b);
 extern bool silo_key_lock(uint64 h, bool always_wait);
-extern SiloKey *silo_sorted_keys(const char *tenant, List *queues);
 extern void silo_grant_key(const char *tenant, const char *queue, TimestampTz now);
 extern void silo_limits_release(const char *tenant, List *queues, Datum task_id, TimestampTz now);
 extern void silo_limits_release_many(int ntasks, char **tenants, List **holds, Datum *task_ids,
