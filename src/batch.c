@@ -82,6 +82,19 @@ batch_check_task_ids(ArrayType *arr)
 }
 
 /*
+ * batch_order_cmp: qsort_arg comparator of indexes into an array of UUIDs
+ * (arg), by the UUID each points at.
+ */
+static int
+batch_order_cmp(const void *a, const void *b, void *arg)
+{
+	Datum	   *ids = (Datum *) arg;
+
+	return memcmp(DatumGetUUIDP(ids[*(const int *) a]),
+				  DatumGetUUIDP(ids[*(const int *) b]), UUID_LEN);
+}
+
+/*
  * batch_check_results: results, when given, pairs each task with its
  * result: a one-dimensional array as long as task_ids (nulls allowed).
  */
@@ -101,28 +114,155 @@ batch_check_results(ArrayType *arr, int ntasks)
 				 errdetail("results[i] is the result of task_ids[i]; pass NULL for no results.")));
 }
 
+/* task_lease columns complete_many reads */
+static const char *const batch_lease_cols[] = {
+	"task_id", "kind", "tenant", "job_id", "attempt", "relative_attempt", "worker_id",
+	"started_at", "expires_at", "holds"
+};
+enum
+{
+	BL_TASK_ID, BL_KIND, BL_TENANT, BL_JOB_ID, BL_ATTEMPT, BL_RELATIVE_ATTEMPT,
+	BL_WORKER_ID, BL_STARTED_AT, BL_EXPIRES_AT, BL_HOLDS, BL_NCOLS
+};
+
+/* silo.attempt, every column */
+static const char *const batch_attempt_cols[] = {
+	"tenant", "job_id", "attempt", "relative_attempt", "task_id", "worker_id", "status",
+	"started_at", "finished_at", "result", "error_code", "error_data"
+};
+#define BATCH_ATTEMPT_NCOLS 12
+
+/* silo.job_status, every column */
+static const char *const batch_status_cols[] = {
+	"tenant", "id", "status", "changed_at", "attempt", "relative_attempt", "task_id",
+	"next_attempt_at"
+};
+enum
+{
+	BS_TENANT, BS_ID, BS_STATUS, BS_CHANGED_AT, BS_ATTEMPT, BS_RELATIVE_ATTEMPT, BS_TASK_ID,
+	BS_NEXT_ATTEMPT_AT, BS_NCOLS
+};
+
+/*
+ * batch_take_lease: delete the lease of task_id if it is live and
+ * worker_id's, as "DELETE ... WHERE task_id = $1 AND worker_id = $2 AND
+ * expires_at > $3" would under READ COMMITTED: a lease changed since the
+ * snapshot (a heartbeat) is read again and decided again; one deleted
+ * meanwhile (by the sweep, or a second report) is skipped.  Returns
+ * whether the lease was taken; it is then the table's current row.
+ */
+static bool
+batch_take_lease(SiloDirect *d, SiloTable *lease, Datum task_id, const char *worker_id,
+				 TimestampTz now)
+{
+	for (;;)
+	{
+		bool		isnull;
+
+		if (!silo_table_fetch(lease, 1, &task_id))
+			return false;
+		if (!silo_text_datum_is(silo_table_get(lease, BL_WORKER_ID, &isnull), worker_id) ||
+			DatumGetTimestampTz(silo_table_get(lease, BL_EXPIRES_AT, &isnull)) <= now)
+			return false;
+		switch (silo_table_delete(lease))
+		{
+			case TM_Ok:
+				return true;
+			case TM_Updated:
+				silo_direct_new_snapshot(d);
+				continue;
+			default:
+				return false;
+		}
+	}
+}
+
+/*
+ * batch_end_status: set the job's status row to Succeeded, if it is still
+ * Pending on this task.  The report holds the job's lease, so no other
+ * transaction ends the job meanwhile; a status row changed since the
+ * snapshot is read again.  Returns whether it was ended.
+ */
+static bool
+batch_end_status(SiloDirect *d, SiloTable *status, Datum tenant, Datum job_id,
+				 Datum task_id, TimestampTz now)
+{
+	static const int cols[4] = {BS_STATUS, BS_CHANGED_AT, BS_TASK_ID, BS_NEXT_ATTEMPT_AT};
+	Datum		key[2];
+	Datum		values[4];
+	bool		nulls[4] = {false, false, true, true};
+
+	key[0] = tenant;
+	key[1] = job_id;
+	values[0] = CStringGetTextDatum("Succeeded");
+	values[1] = TimestampTzGetDatum(now);
+	values[2] = values[3] = (Datum) 0;
+	for (;;)
+	{
+		bool		isnull;
+		Datum		cur;
+
+		if (!silo_table_fetch(status, 2, key))
+			return false;
+		if (!silo_text_datum_is(silo_table_get(status, BS_STATUS, &isnull), "Pending"))
+			return false;
+		cur = silo_table_get(status, BS_TASK_ID, &isnull);
+		if (isnull || memcmp(DatumGetUUIDP(cur), DatumGetUUIDP(task_id), UUID_LEN) != 0)
+			return false;
+		switch (silo_table_update(status, 4, cols, values, nulls))
+		{
+			case TM_Ok:
+				return true;
+			case TM_Updated:
+				silo_direct_new_snapshot(d);
+				continue;
+			default:
+				return false;
+		}
+	}
+}
+
 /*
  * silo_complete_many: SQL entry point silo.complete_many(task_ids,
  * worker_id, results).  Ends every listed task that has a live lease of
  * worker_id as Succeeded, with results[i] as the result of task_ids[i],
  * and returns the task ids it completed.  A listed refresh task is an
  * error (SL010), as for silo.complete.
+ *
+ * Per task, in task-id order (the order leases are locked in, so two
+ * batches never wait on each other in a cycle): the lease is deleted
+ * (the delete is the lock: it serializes this call with the sweep and
+ * with a second report), the attempt row inserted and the status row
+ * ended -- the same rows silo.complete writes, written directly
+ * (direct.c).  Jobs with limits then free their slots, in the same
+ * transaction, set-wise (silo_limits_release_many).
  */
 Datum
 silo_complete_many(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr plan = NULL;
-	static const Oid types[4] = {UUIDARRAYOID, TEXTOID, TIMESTAMPTZOID, JSONBARRAYOID};
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	ArrayType  *task_ids;
 	char	   *worker_id;
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
+	Datum	   *ids;
+	int		   *order;
+	Datum	   *results = NULL;
+	bool	   *result_nulls = NULL;
 	TimestampTz now;
 	int			ntasks;
-	uint64		i;
-	uint64		nrun = 0;
-	int64		nended;
+	int			i;
+	int			ndone = 0;
+	int			nrun = 0;
+	int			nended = 0;
+	char	  **tenants;
+	List	  **holds;
+	Datum	   *done_ids;
+	bool		any_limited = false;
+	SiloDirect *d;
+	SiloTable  *lease;
+	SiloTable  *attempt;
+	SiloTable  *status;
+	Datum		worker_text;
+	Datum		succeeded;
 
 	worker_id = silo_text_arg(fcinfo, 1, "worker_id", 1, SILO_MAX_WORKER_LEN);
 
@@ -143,109 +283,99 @@ silo_complete_many(PG_FUNCTION_ARGS)
 	if (ntasks == 0)
 		return (Datum) 0;
 
+	/* task ids in input order, and the order to take them in */
+	deconstruct_array(task_ids, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR, &ids, NULL, &ntasks);
+	order = palloc(sizeof(int) * ntasks);
+	for (i = 0; i < ntasks; i++)
+		order[i] = i;
+	qsort_arg(order, ntasks, sizeof(int), batch_order_cmp, ids);
+	if (!PG_ARGISNULL(2))
+		deconstruct_array(PG_GETARG_ARRAYTYPE_P(2), JSONBOID, -1, false, TYPALIGN_INT,
+						  &results, &result_nulls, &i);
+
 	now = silo_now_ts();
-	values[0] = PointerGetDatum(task_ids);
-	values[1] = CStringGetTextDatum(worker_id);
-	values[2] = TimestampTzGetDatum(now);
-	values[3] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
-	nulls[3] = PG_ARGISNULL(2) ? 'n' : ' ';
+	worker_text = CStringGetTextDatum(worker_id);
+	succeeded = CStringGetTextDatum("Succeeded");
+	tenants = palloc0(sizeof(char *) * ntasks);
+	holds = palloc0(sizeof(List *) * ntasks);
+	done_ids = palloc(sizeof(Datum) * ntasks);
 
-	silo_spi_connect();
+	d = silo_direct_begin();
+	lease = silo_table_open(d, "task_lease", batch_lease_cols, BL_NCOLS, NULL,
+							SILO_TABLE_DELETE);
+	attempt = silo_table_open(d, "attempt", batch_attempt_cols, BATCH_ATTEMPT_NCOLS, NULL,
+							  SILO_TABLE_WRITE);
+	status = silo_table_open(d, "job_status", batch_status_cols, BS_NCOLS, NULL,
+							 SILO_TABLE_WRITE);
 
-	/*
-	 * One statement for the batch.  The leases are deleted first (their
-	 * row locks serialize this call with the sweep and with a second
-	 * report); attempts and statuses are written only for 'run' leases, and
-	 * a refresh lease in the list aborts the whole call below.  The status
-	 * rows are found by a primary-key look-up per lease (still Pending,
-	 * still on this task) and updated by ctid (a TID scan), never through
-	 * a join, whose plan can go wrong on a table that looked empty
-	 * (planner.c).  While we hold a job's lease, other transactions may
-	 * lock its status row but never update it; should one ever do so, the
-	 * UPDATE's own status and task conditions are re-checked on the newest
-	 * version (a TID scan's re-check does not re-check the ctid), so such
-	 * a row is left alone and the count check below says so.  The last
-	 * column counts the status rows ended, to check the bookkeeping.
-	 */
-	silo_exec(&plan,
-			  "WITH d AS ("
-			  "  DELETE FROM silo.task_lease"
-			  "   WHERE task_id = ANY($1) AND worker_id = $2 AND expires_at > $3"
-			  "  RETURNING task_id, kind, tenant, job_id, attempt, relative_attempt,"
-			  "    started_at, holds),"
-			  " a AS ("
-			  "  INSERT INTO silo.attempt (tenant, job_id, attempt, relative_attempt, task_id,"
-			  "    worker_id, status, started_at, finished_at, result)"
-			  "  SELECT d.tenant, d.job_id, d.attempt, d.relative_attempt, d.task_id, $2,"
-			  "    'Succeeded', d.started_at, $3, r.result"
-			  "    FROM d JOIN unnest($1, $4) AS r(task_id, result) ON r.task_id = d.task_id"
-			  "   WHERE d.kind = 'run'),"
-			  " s AS ("
-			  "  UPDATE silo.job_status s SET status = 'Succeeded', changed_at = $3,"
-			  "    task_id = NULL, next_attempt_at = NULL"
-			  "   WHERE s.ctid = ANY(ARRAY("
-			  "       SELECT (SELECT CASE WHEN x.status = 'Pending' AND x.task_id = d.task_id"
-			  "                           THEN x.ctid END"
-			  "                 FROM silo.job_status x"
-			  "                WHERE x.tenant = d.tenant AND x.id = d.job_id)"
-			  "         FROM d WHERE d.kind = 'run'))"
-			  "     AND s.status = 'Pending'"
-			  "     AND s.task_id = ANY(ARRAY(SELECT task_id FROM d WHERE d.kind = 'run'))"
-			  "  RETURNING 1)"
-			  "SELECT d.task_id, d.kind, d.tenant, d.holds, d.job_id,"
-			  "  (SELECT count(*) FROM s) FROM d",
-			  4, types, values, nulls, false, 0);
-
-	for (i = 0; i < SPI_processed; i++)
+	for (i = 0; i < ntasks; i++)
 	{
-		char	   *kind = silo_col_text(i, 2);
+		int			k = order[i];
+		Datum		row[BATCH_ATTEMPT_NCOLS];
+		bool		rownulls[BATCH_ATTEMPT_NCOLS];
 		bool		isnull;
+		Datum		h;
 
-		if (strcmp(kind, "run") != 0)
+		if (!batch_take_lease(d, lease, ids[k], worker_id, now))
+			continue;
+		if (!silo_text_datum_is(silo_table_get(lease, BL_KIND, &isnull), "run"))
 			ereport(ERROR,
 					(errcode(ERRCODE_SILO_WRONG_TASK_KIND),
 					 errmsg("task %s is a %s task, not a run task",
-							silo_uuid_to_cstring(silo_col(i, 1, &isnull)), kind),
+							silo_uuid_to_cstring(ids[k]),
+							TextDatumGetCString(silo_table_get(lease, BL_KIND, &isnull))),
 					 errhint("Answer a refresh task with silo.report_refresh or silo.fail_refresh.")));
 		nrun++;
+
+		memset(rownulls, false, sizeof(rownulls));
+		row[0] = silo_table_get(lease, BL_TENANT, &isnull);
+		row[1] = silo_table_get(lease, BL_JOB_ID, &isnull);
+		row[2] = silo_table_get(lease, BL_ATTEMPT, &isnull);
+		row[3] = silo_table_get(lease, BL_RELATIVE_ATTEMPT, &isnull);
+		row[4] = ids[k];
+		row[5] = worker_text;
+		row[6] = succeeded;
+		row[7] = silo_table_get(lease, BL_STARTED_AT, &isnull);
+		row[8] = TimestampTzGetDatum(now);
+		row[9] = results != NULL ? results[k] : (Datum) 0;
+		rownulls[9] = results == NULL || result_nulls[k];
+		rownulls[10] = rownulls[11] = true;
+		row[10] = row[11] = (Datum) 0;
+		silo_table_insert(attempt, row, rownulls);
+
+		h = silo_table_get(lease, BL_HOLDS, &isnull);
+		if (!isnull)
+		{
+			/* a job with limits: its tenant marks it for the release below */
+			tenants[ndone] = TextDatumGetCString(row[0]);
+			holds[ndone] = silo_holds_list(h);
+			any_limited = true;
+		}
+		if (batch_end_status(d, status, row[0], row[1], ids[k], now))
+			nended++;
+		done_ids[ndone++] = ids[k];
 	}
-	nended = SPI_processed > 0 ? silo_col_int64(0, 6) : 0;
-	if ((uint64) nended != nrun)
+	silo_direct_end(d);
+
+	if (nended != nrun)
 		ereport(ERROR,
 				(errcode(ERRCODE_SILO_INTERNAL),
-				 errmsg("complete_many ended %lld job statuses for %llu leases",
-						(long long) nended, (unsigned long long) nrun),
+				 errmsg("complete_many ended %d job statuses for %d leases", nended, nrun),
 				 errdetail("A leased task is not its job's current task.")));
 
-	/*
-	 * Hand out the results first: SPI_tuptable is replaced by the release
-	 * statements below.  The leases' holds are copied out for them.
-	 */
+	for (i = 0; i < ndone; i++)
 	{
-		uint64		n = SPI_processed;
-		Datum	   *ids = palloc(sizeof(Datum) * (n + 1));
-		char	  **tenants = palloc0(sizeof(char *) * (n + 1));
-		List	  **holds = palloc0(sizeof(List *) * (n + 1));
+		bool		isnull = false;
 
-		for (i = 0; i < n; i++)
-		{
-			bool		isnull;
-			Datum		h;
-
-			ids[i] = silo_col(i, 1, &isnull);
-			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &ids[i], &isnull);
-			h = silo_col(i, 4, &isnull);
-			if (!isnull)
-			{
-				/* a job with limits: its tenant marks it below */
-				tenants[i] = silo_col_text(i, 3);
-				holds[i] = silo_holds_list(h);
-			}
-		}
-
-		/* Jobs with limits free their slots, and grant the waiters. */
-		silo_limits_release_many((int) n, tenants, holds, ids, now);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &done_ids[i], &isnull);
 	}
-	silo_spi_finish();
+
+	/* Jobs with limits free their slots, and grant the waiters. */
+	if (any_limited)
+	{
+		silo_spi_connect();
+		silo_limits_release_many(ndone, tenants, holds, done_ids, now);
+		silo_spi_finish();
+	}
 	return (Datum) 0;
 }

@@ -20,15 +20,20 @@
 
 #include "access/table.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 
 PG_FUNCTION_INFO_V1(silo_lease);
 PG_FUNCTION_INFO_V1(silo_heartbeat);
 
 #define LEASED_TASK_NATTS 15
+
+static void lease_raise_mark(SiloDirect *d, const char *task_group, uint64 gen,
+							 const SiloMarkKey *start, const SiloMarkKey *past);
 
 /*
  * lease_marks_enabled: whether silo.task carries the trigger that keeps
@@ -51,11 +56,65 @@ lease_marks_enabled(Oid *task_relid)
 	return enabled;
 }
 
+/* silo.task columns a lease reads */
+static const char *const lease_task_cols[] = {
+	"task_id", "task_group", "tenant", "job_id", "attempt", "relative_attempt", "priority",
+	"start_at", "seq", "holds"
+};
+enum
+{
+	LT_TASK_ID, LT_TASK_GROUP, LT_TENANT, LT_JOB_ID, LT_ATTEMPT, LT_RELATIVE_ATTEMPT,
+	LT_PRIORITY, LT_START_AT, LT_SEQ, LT_HOLDS, LT_NCOLS
+};
+
+/* silo.task_lease, every column */
+static const char *const lease_lease_cols[] = {
+	"task_id", "kind", "task_group", "tenant", "job_id", "attempt", "relative_attempt",
+	"priority", "start_at", "seq", "worker_id", "started_at", "expires_at", "holds"
+};
+#define LEASE_LEASE_NCOLS 14
+
+/* silo.job_info columns a lease reads */
+static const char *const lease_info_cols[] = {"retry_count", "payload", "metadata"};
+enum
+{
+	LI_RETRY_COUNT, LI_PAYLOAD, LI_METADATA, LI_NCOLS
+};
+
+/*
+ * lease_group_overdue: whether the group has a task whose start has come
+ * but which the broker has not promoted yet.  Usually it has none:
+ * task_future holds only tasks that are not due, and the broker promotes
+ * them as their time comes.
+ */
+static bool
+lease_group_overdue(const char *task_group, TimestampTz now)
+{
+	SiloDirect *d = silo_direct_begin();
+	SiloTable  *t = silo_table_open(d, "task", lease_task_cols, LT_NCOLS, "task_future",
+									SILO_TABLE_READ);
+	ScanKeyData key;
+	bool		found = false;
+
+	ScanKeyInit(&key, 1, BTLessEqualStrategyNumber, F_TIMESTAMP_LE, TimestampTzGetDatum(now));
+	silo_table_scan_start(t, &key, 1);
+	while (silo_table_scan_next(t))
+	{
+		bool		isnull;
+
+		if (silo_text_datum_is(silo_table_get(t, LT_TASK_GROUP, &isnull), task_group))
+		{
+			found = true;
+			break;
+		}
+	}
+	silo_direct_end(d);
+	return found;
+}
+
 /*
  * lease_promote_group: make the group's due-but-unpromoted tasks leasable,
  * so that a due task is leasable whether or not the broker has run.
- * Usually this finds nothing: the partial index task_future holds only
- * tasks that are not yet promoted.
  */
 static void
 lease_promote_group(const char *task_group, TimestampTz now)
@@ -64,31 +123,161 @@ lease_promote_group(const char *task_group, TimestampTz now)
 	static const Oid types[2] = {TIMESTAMPTZOID, TEXTOID};
 	Datum		values[2];
 
+	if (!lease_group_overdue(task_group, now))
+		return;
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = CStringGetTextDatum(task_group);
+	silo_spi_connect();
 	silo_exec(&plan,
 			  "UPDATE silo.task SET due = true WHERE ctid = ANY(ARRAY("
 			  " SELECT ctid FROM silo.task"
 			  "  WHERE NOT due AND start_at <= $1 AND task_group = $2"
 			  "  ORDER BY start_at LIMIT 1000 FOR UPDATE SKIP LOCKED))",
 			  2, types, values, NULL, false, 0);
+	silo_spi_finish();
 }
 
-static void lease_raise_mark(const char *task_group, uint64 gen, const SiloMarkKey *start,
-							 const SiloMarkKey *past);
+/*
+ * lease_ready_keys: scan keys for task_ready (task_group, priority,
+ * start_at, seq) from key on: task_group = group AND (priority, start_at,
+ * seq) >= key, the row comparison an index scan starts at.  keys has room
+ * for 2, row for 3.
+ */
+static void
+lease_ready_keys(ScanKey keys, ScanKey row, Datum group, const SiloMarkKey *key)
+{
+	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid, C_COLLATION_OID,
+						   F_TEXTEQ, group);
+	ScanKeyEntryInitialize(&row[0], SK_ROW_MEMBER, 2, BTGreaterEqualStrategyNumber, INT2OID,
+						   InvalidOid, F_BTINT2CMP, Int16GetDatum(key->priority));
+	ScanKeyEntryInitialize(&row[1], SK_ROW_MEMBER, 3, BTGreaterEqualStrategyNumber,
+						   TIMESTAMPTZOID, InvalidOid, F_TIMESTAMP_CMP,
+						   TimestampTzGetDatum(key->start_at));
+	ScanKeyEntryInitialize(&row[2], SK_ROW_MEMBER | SK_ROW_END, 4, BTGreaterEqualStrategyNumber,
+						   INT8OID, InvalidOid, F_BTINT8CMP, Int64GetDatum(key->seq));
+	MemSet(&keys[1], 0, sizeof(ScanKeyData));
+	keys[1].sk_flags = SK_ROW_HEADER;
+	keys[1].sk_attno = 2;
+	keys[1].sk_strategy = BTGreaterEqualStrategyNumber;
+	keys[1].sk_argument = PointerGetDatum(row);
+}
+
+/*
+ * lease_row_key: the ready-order key of the task table's current row.
+ */
+static void
+lease_row_key(SiloTable *task, SiloMarkKey *key)
+{
+	bool		isnull;
+
+	key->priority = DatumGetInt16(silo_table_get(task, LT_PRIORITY, &isnull));
+	key->start_at = DatumGetTimestampTz(silo_table_get(task, LT_START_AT, &isnull));
+	key->seq = DatumGetInt64(silo_table_get(task, LT_SEQ, &isnull));
+}
+
+/*
+ * lease_take: the lease itself.  Walks the group's due tasks in ready
+ * order from start, takes each one no other transaction holds (FOR UPDATE
+ * SKIP LOCKED: a worker never waits on, or receives, another worker's
+ * rows), deletes it and inserts its lease row, and hands the worker the
+ * task with its job's payload, read from job_info by primary key.  Up to
+ * max_tasks rows go to the result set; *past becomes the key just after
+ * the last task taken.  Returns how many were taken.
+ */
+static int
+lease_take(SiloDirect *d, ReturnSetInfo *rsinfo, const char *task_group, int32 max_tasks,
+		   const char *worker_id, TimestampTz now, TimestampTz expires,
+		   const SiloMarkKey *start, SiloMarkKey *past)
+{
+	SiloTable  *task = silo_table_open(d, "task", lease_task_cols, LT_NCOLS, "task_ready",
+									SILO_TABLE_DELETE);
+	SiloTable  *lease = silo_table_open(d, "task_lease", lease_lease_cols, LEASE_LEASE_NCOLS,
+										NULL, SILO_TABLE_WRITE);
+	SiloTable  *info = silo_table_open(d, "job_info", lease_info_cols, LI_NCOLS, NULL,
+									SILO_TABLE_READ);
+	ScanKeyData keys[2];
+	ScanKeyData row[3];
+	Datum		worker_text = CStringGetTextDatum(worker_id);
+	Datum		run = CStringGetTextDatum("run");
+	int			n = 0;
+
+	lease_ready_keys(keys, row, CStringGetTextDatum(task_group), start);
+	silo_table_scan_start(task, keys, 2);
+	while (n < max_tasks && silo_table_scan_next(task))
+	{
+		Datum		l[LEASE_LEASE_NCOLS];
+		bool		lnulls[LEASE_LEASE_NCOLS];
+		Datum		out[LEASED_TASK_NATTS];
+		bool		outnulls[LEASED_TASK_NATTS];
+		Datum		key[2];
+		bool		isnull;
+		int			c;
+
+		if (silo_table_lock_skip(task) != TM_Ok)
+			continue;
+		if (silo_table_delete(task) != TM_Ok)
+			ereport(ERROR,
+					(errcode(ERRCODE_SILO_INTERNAL),
+					 errmsg("could not delete a task locked by this lease")));
+
+		/* the lease row: the task's columns, then who holds it until when */
+		memset(lnulls, false, sizeof(lnulls));
+		l[0] = silo_table_get(task, LT_TASK_ID, &isnull);
+		l[1] = run;
+		for (c = 2; c <= 9; c++)	/* task_group .. seq: LT_TASK_GROUP .. LT_SEQ */
+			l[c] = silo_table_get(task, LT_TASK_GROUP + c - 2, &isnull);
+		l[10] = worker_text;
+		l[11] = TimestampTzGetDatum(now);
+		l[12] = TimestampTzGetDatum(expires);
+		l[13] = silo_table_get(task, LT_HOLDS, &lnulls[13]);
+		silo_table_insert(lease, l, lnulls);
+
+		memset(outnulls, false, sizeof(outnulls));
+		out[0] = l[0];			/* task_id */
+		out[1] = run;			/* kind */
+		out[2] = l[3];			/* tenant */
+		out[3] = l[4];			/* job_id */
+		out[4] = l[5];			/* attempt */
+		out[5] = l[6];			/* relative_attempt */
+		out[7] = Int32GetDatum(DatumGetInt16(l[7]));	/* priority */
+		out[8] = l[2];			/* task_group */
+		out[11] = TimestampTzGetDatum(expires);
+		outnulls[12] = outnulls[13] = outnulls[14] = true;
+		key[0] = l[3];
+		key[1] = l[4];
+		if (silo_table_fetch(info, 2, key))
+		{
+			Datum		retry_count = silo_table_get(info, LI_RETRY_COUNT, &isnull);
+
+			out[6] = BoolGetDatum(isnull ||
+								  DatumGetInt32(l[6]) > DatumGetInt32(retry_count));
+			out[9] = silo_table_get(info, LI_PAYLOAD, &outnulls[9]);
+			out[10] = silo_table_get(info, LI_METADATA, &outnulls[10]);
+		}
+		else
+		{
+			/* no job_info row: bookkeeping is broken, but hand out the task */
+			out[6] = BoolGetDatum(true);
+			outnulls[9] = outnulls[10] = true;
+		}
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
+
+		lease_row_key(task, past);
+		past->seq++;			/* just past the last task taken */
+		n++;
+	}
+	return n;
+}
 
 /*
  * silo_lease: SQL entry point silo.lease(worker_id, task_group, max_tasks,
  * lease_ms).  Returns up to max_tasks rows of silo.leased_task in priority
  * order.  Needs READ COMMITTED: under REPEATABLE READ a locked-and-deleted
- * task raises a serialization error instead of being skipped.
+ * task would be skipped by a snapshot that still shows it.
  */
 Datum
 silo_lease(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr plan = NULL;
-	static const Oid types[8] = {TEXTOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	INT2OID, TIMESTAMPTZOID, INT8OID};
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char	   *worker_id;
 	char	   *task_group;
@@ -96,13 +285,15 @@ silo_lease(PG_FUNCTION_ARGS)
 	int32		lease_ms;
 	TimestampTz now;
 	TimestampTz expires;
-	Datum		values[8];
 	uint64		i;
-	uint64		n_refresh;
+	uint64		n_refresh = 0;
 	bool		use_mark;
 	Oid			task_relid = InvalidOid;
 	SiloMarkKey start;
+	SiloMarkKey past;
 	uint64		gen = 0;
+	SiloDirect *d;
+	int			n;
 
 	worker_id = silo_text_arg(fcinfo, 0, "worker_id", 1, SILO_MAX_WORKER_LEN);
 	task_group = silo_text_arg(fcinfo, 1, "task_group", 1, SILO_MAX_GROUP_LEN);
@@ -120,40 +311,39 @@ silo_lease(PG_FUNCTION_ARGS)
 	now = silo_now_ts();
 	expires = now + (TimestampTz) lease_ms * 1000;
 
-	silo_spi_connect();
-
 	/*
 	 * Refresh tasks of floating limits come first (Silo gives them priority
 	 * 0); the query runs only while one may be ready.
 	 */
-	n_refresh = silo_refresh_hint()
-		? silo_floating_lease(task_group, max_tasks, worker_id, now, expires) : 0;
-	for (i = 0; i < n_refresh; i++)
+	if (silo_refresh_hint())
 	{
-		Datum		out[LEASED_TASK_NATTS];
-		bool		outnulls[LEASED_TASK_NATTS];
-		bool		isnull;
+		silo_spi_connect();
+		n_refresh = silo_floating_lease(task_group, max_tasks, worker_id, now, expires);
+		for (i = 0; i < n_refresh; i++)
+		{
+			Datum		out[LEASED_TASK_NATTS];
+			bool		outnulls[LEASED_TASK_NATTS];
+			bool		isnull;
 
-		memset(outnulls, true, sizeof(outnulls));
-		out[0] = silo_col(i, 1, &isnull);	/* task_id */
-		out[1] = CStringGetTextDatum("refresh");
-		out[2] = silo_col(i, 2, &isnull);	/* tenant */
-		out[7] = Int32GetDatum(0);	/* priority */
-		out[8] = CStringGetTextDatum(task_group);
-		out[11] = TimestampTzGetDatum(expires);
-		out[12] = silo_col(i, 3, &isnull);	/* queue_key */
-		out[13] = silo_col(i, 4, &isnull);	/* current_max_concurrency */
-		out[14] = silo_col(i, 5, &isnull);	/* refresh_metadata */
-		outnulls[0] = outnulls[1] = outnulls[2] = outnulls[7] = outnulls[8] = false;
-		outnulls[11] = outnulls[12] = outnulls[13] = outnulls[14] = false;
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
-	}
-	if (n_refresh >= (uint64) max_tasks)
-	{
+			memset(outnulls, true, sizeof(outnulls));
+			out[0] = silo_col(i, 1, &isnull);	/* task_id */
+			out[1] = CStringGetTextDatum("refresh");
+			out[2] = silo_col(i, 2, &isnull);	/* tenant */
+			out[7] = Int32GetDatum(0);	/* priority */
+			out[8] = CStringGetTextDatum(task_group);
+			out[11] = TimestampTzGetDatum(expires);
+			out[12] = silo_col(i, 3, &isnull);	/* queue_key */
+			out[13] = silo_col(i, 4, &isnull);	/* current_max_concurrency */
+			out[14] = silo_col(i, 5, &isnull);	/* refresh_metadata */
+			outnulls[0] = outnulls[1] = outnulls[2] = outnulls[7] = outnulls[8] = false;
+			outnulls[11] = outnulls[12] = outnulls[13] = outnulls[14] = false;
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
+		}
 		silo_spi_finish();
-		return (Datum) 0;
+		if (n_refresh >= (uint64) max_tasks)
+			return (Datum) 0;
+		max_tasks -= (int32) n_refresh;
 	}
-	max_tasks -= (int32) n_refresh;
 
 	lease_promote_group(task_group, now);
 
@@ -163,74 +353,11 @@ silo_lease(PG_FUNCTION_ARGS)
 	if (use_mark)
 		silo_mark_begin(task_group, task_relid, &start, &gen);
 
-	values[0] = CStringGetTextDatum(task_group);
-	values[1] = Int32GetDatum(max_tasks);
-	values[2] = CStringGetTextDatum(worker_id);
-	values[3] = TimestampTzGetDatum(now);
-	values[4] = TimestampTzGetDatum(expires);
-	values[5] = Int16GetDatum(start.priority);
-	values[6] = TimestampTzGetDatum(start.start_at);
-	values[7] = Int64GetDatum(start.seq);
-
-	/*
-	 * Each leased task's payload comes from job_info by one primary-key
-	 * probe: a LATERAL subquery with LIMIT cannot be flattened into a join,
-	 * so it is always the parameterized inner side of a nested loop, and it
-	 * projects only the three columns used (a scalar subquery returning the
-	 * whole row, as before 1.4, built and took apart a row datum per task).
-	 */
-	silo_exec(&plan,
-			  "WITH t AS ("
-			  "  DELETE FROM silo.task WHERE ctid = ANY(ARRAY("
-			  "    SELECT ctid FROM silo.task WHERE task_group = $1 AND due"
-			  "       AND (priority, start_at, seq) >= ($6, $7, $8)"
-			  "     ORDER BY priority, start_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED))"
-			  "  RETURNING task_id, task_group, tenant, job_id, attempt, relative_attempt,"
-			  "    priority, start_at, seq, holds),"
-			  " l AS ("
-			  "  INSERT INTO silo.task_lease (task_id, kind, task_group, tenant, job_id, attempt,"
-			  "    relative_attempt, priority, start_at, seq, worker_id, started_at, expires_at,"
-			  "    holds)"
-			  "  SELECT task_id, 'run', task_group, tenant, job_id, attempt, relative_attempt,"
-			  "    priority, start_at, seq, $3, $4, $5, holds FROM t)"
-			  "SELECT t.task_id, t.tenant, t.job_id, t.attempt, t.relative_attempt,"
-			  "  j.retry_count IS NULL OR t.relative_attempt > j.retry_count,"
-			  "  t.priority::integer, t.task_group, j.payload, j.metadata,"
-			  "  t.priority, t.start_at, t.seq"
-			  "  FROM t LEFT JOIN LATERAL (SELECT i.retry_count, i.payload, i.metadata"
-			  "                              FROM silo.job_info i"
-			  "                             WHERE i.tenant = t.tenant AND i.id = t.job_id"
-			  "                             LIMIT 1) j ON true"
-			  " ORDER BY t.priority, t.start_at, t.seq",
-			  8, types, values, NULL, false, 0);
-
-	for (i = 0; i < SPI_processed; i++)
-	{
-		Datum		out[LEASED_TASK_NATTS];
-		bool		outnulls[LEASED_TASK_NATTS];
-		int			c;
-
-		memset(outnulls, 0, sizeof(outnulls));
-		out[0] = silo_col(i, 1, &outnulls[0]);	/* task_id */
-		out[1] = CStringGetTextDatum("run");	/* kind */
-		for (c = 2; c <= 10; c++)	/* tenant .. metadata */
-			out[c] = silo_col(i, c, &outnulls[c]);
-		out[11] = TimestampTzGetDatum(expires);
-		outnulls[12] = outnulls[13] = outnulls[14] = true;
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
-	}
-	if (use_mark && SPI_processed > 0)
-	{
-		SiloMarkKey past;
-		bool		isnull;
-
-		/* rows come in ready order: just past the last one, at most */
-		past.priority = DatumGetInt16(silo_col(SPI_processed - 1, 11, &isnull));
-		past.start_at = silo_col_ts(SPI_processed - 1, 12, &isnull);
-		past.seq = silo_col_int64(SPI_processed - 1, 13) + 1;
-		lease_raise_mark(task_group, gen, &start, &past);
-	}
-	silo_spi_finish();
+	d = silo_direct_begin();
+	n = lease_take(d, rsinfo, task_group, max_tasks, worker_id, now, expires, &start, &past);
+	if (use_mark && n > 0)
+		lease_raise_mark(d, task_group, gen, &start, &past);
+	silo_direct_end(d);
 	return (Datum) 0;
 }
 
@@ -241,39 +368,30 @@ silo_lease(PG_FUNCTION_ARGS)
  * not always end in a delete: a FOR UPDATE whose re-check fails keeps the
  * row locked, unchanged, to the end of its transaction.  So the raise
  * stops at the first due row still visible at or after start -- seen with
- * a snapshot taken after the lease's delete, so the tasks just leased are
+ * a snapshot taken after the lease's deletes, so the tasks just leased are
  * gone from it and anything another lease skipped is in it -- when that
- * row lies below past.  The query has no upper bound on purpose: a B-tree
- * scan cannot end early on a row comparison that fails only on a later
- * column, so "< past" would walk every due task of the group.
+ * row lies below past.  The scan reads that one row and stops: the
+ * comparison with past is made here, not as an upper bound of the scan
+ * (docs/performance.md §8).
  */
 static void
-lease_raise_mark(const char *task_group, uint64 gen, const SiloMarkKey *start,
+lease_raise_mark(SiloDirect *d, const char *task_group, uint64 gen, const SiloMarkKey *start,
 				 const SiloMarkKey *past)
 {
-	static SPIPlanPtr plan = NULL;
-	static const Oid types[4] = {TEXTOID, INT2OID, TIMESTAMPTZOID, INT8OID};
-	Datum		values[4];
+	SiloTable  *task = silo_table_open(d, "task", lease_task_cols, LT_NCOLS, "task_ready",
+									SILO_TABLE_READ);
+	ScanKeyData keys[2];
+	ScanKeyData row[3];
 	SiloMarkKey to = *past;
-	bool		isnull;
 
-	values[0] = CStringGetTextDatum(task_group);
-	values[1] = Int16GetDatum(start->priority);
-	values[2] = TimestampTzGetDatum(start->start_at);
-	values[3] = Int64GetDatum(start->seq);
-	silo_exec(&plan,
-			  "SELECT priority, start_at, seq FROM silo.task"
-			  " WHERE task_group = $1 AND due"
-			  "   AND (priority, start_at, seq) >= ($2, $3, $4)"
-			  " ORDER BY priority, start_at, seq LIMIT 1",
-			  4, types, values, NULL, false, 1);
-	if (SPI_processed == 1)
+	silo_direct_new_snapshot(d);
+	lease_ready_keys(keys, row, CStringGetTextDatum(task_group), start);
+	silo_table_scan_start(task, keys, 2);
+	if (silo_table_scan_next(task))
 	{
 		SiloMarkKey first;
 
-		first.priority = DatumGetInt16(silo_col(0, 1, &isnull));
-		first.start_at = silo_col_ts(0, 2, &isnull);
-		first.seq = silo_col_int64(0, 3);
+		lease_row_key(task, &first);
 		if (silo_mark_cmp(&first, past) < 0)
 			to = first;
 	}

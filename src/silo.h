@@ -27,6 +27,8 @@
 
 #include "postgres.h"
 
+#include "access/skey.h"
+#include "access/tableam.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
@@ -203,6 +205,36 @@ extern Datum silo_new_uuid(void);
 extern char *silo_uuid_to_cstring(Datum uuid);
 extern void silo_spi_connect(void);
 extern void silo_spi_finish(void);
+
+/* direct.c: rows read and written through the access methods */
+typedef struct SiloDirect SiloDirect;
+typedef struct SiloTable SiloTable;
+
+typedef enum SiloTableMode
+{
+	SILO_TABLE_READ,			/* rows are read */
+	SILO_TABLE_DELETE,			/* rows are read, locked and deleted */
+	SILO_TABLE_WRITE			/* rows are also inserted and updated */
+} SiloTableMode;
+
+extern SiloDirect *silo_direct_begin(void);
+extern void silo_direct_end(SiloDirect *d);
+extern Snapshot silo_direct_snapshot(SiloDirect *d);
+extern void silo_direct_new_snapshot(SiloDirect *d);
+extern SiloTable *silo_table_open(SiloDirect *d, const char *relname,
+								  const char *const *cols, int ncols,
+								  const char *index, SiloTableMode mode);
+extern bool silo_table_fetch(SiloTable *t, int nkeys, const Datum *keys);
+extern void silo_table_scan_start(SiloTable *t, ScanKey keys, int nkeys);
+extern bool silo_table_scan_next(SiloTable *t);
+extern Datum silo_table_get(SiloTable *t, int col, bool *isnull);
+extern ItemPointer silo_table_tid(SiloTable *t);
+extern void silo_table_insert(SiloTable *t, const Datum *values, const bool *nulls);
+extern TM_Result silo_table_lock_skip(SiloTable *t);
+extern TM_Result silo_table_delete(SiloTable *t);
+extern TM_Result silo_table_update(SiloTable *t, int n, const int *cols,
+								   const Datum *values, const bool *nulls);
+extern bool silo_text_datum_is(Datum d, const char *s);
 
 /* validate.c */
 extern void silo_require_arg(FunctionCallInfo fcinfo, int argno, const char *name);

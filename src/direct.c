@@ -1,0 +1,462 @@
+/*-------------------------------------------------------------------------
+ *
+ * direct.c
+ *	  Direct row access for the hot paths: rows found by primary key (or
+ *	  scanned in index order), locked, inserted, updated and deleted
+ *	  through the table and index access methods, with no SQL, no plan and
+ *	  no executor tree.
+ *
+ * A lease and a completion touch a few rows per job, each by its key.  As
+ * SQL statements most of their cost was the executor carrying those rows
+ * between plan nodes (projections, CTE tuplestores, sub-plans, hash joins
+ * on unnested arrays); here a job costs the heap and B-tree work itself
+ * (docs/performance.md §11).  This is how PostgreSQL's own catalog code
+ * and its logical-replication apply worker write rows.
+ *
+ * What is skipped, and why that is safe:
+ * - Triggers.  silo's one trigger, task_lease_mark on silo.task, is
+ *   answered by the callers themselves (lease.c owes the marks it would
+ *   have owed); triggers of users' own on silo's tables are unsupported
+ *   (docs/storage.md).
+ * - CHECK and NOT NULL constraints.  Every value written here is made by
+ *   silo itself from rows it has just read; the constraints stay on the
+ *   tables for the SQL paths and as documentation.
+ * - Permission checks.  Callers are the extension owner's SECURITY
+ *   DEFINER functions, exactly as their SQL was.
+ *
+ * Columns are found by name when a table is opened, so the position of a
+ * column (which differs between a fresh install and an upgraded one) does
+ * not matter; and a table opened for inserts must have no live column the
+ * caller does not name, so that no column default is ever skipped.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "silo.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/relscan.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/index.h"
+#include "catalog/namespace.h"
+#include "executor/executor.h"
+#include "nodes/execnodes.h"
+#include "parser/parse_relation.h"
+#include "storage/bufmgr.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+#define DIRECT_MAX_TABLES	8
+
+struct SiloTable
+{
+	SiloDirect *d;
+	Relation	rel;
+	ResultRelInfo *rri;			/* indexes open (SILO_TABLE_WRITE) */
+	Relation	index;			/* the index silo_table_fetch and scans use */
+	int			index_nkeys;	/* its key columns */
+	FmgrInfo	eq[INDEX_MAX_KEYS]; /* = for each key column */
+	IndexScanDesc scan;			/* reused across fetches; ended when the
+								 * snapshot changes */
+	Snapshot	scan_snapshot;
+	TupleTableSlot *row;		/* the row last fetched or scanned */
+	TupleTableSlot *out;		/* virtual: the row to insert or update to */
+	int			ncols;
+	AttrNumber *attnum;			/* the caller's column i is attnum[i] */
+};
+
+struct SiloDirect
+{
+	EState	   *estate;
+	CommandId	cid;
+	Snapshot	snapshot;		/* registered; taken at begin, renewed by
+								 * silo_direct_new_snapshot */
+	int			ntables;
+	SiloTable  *tables[DIRECT_MAX_TABLES];
+};
+
+/*
+ * silo_direct_begin: start a piece of direct work in the current
+ * transaction.  Like a data-modifying SQL statement under READ COMMITTED,
+ * it counts as a new command and reads with a new snapshot, so it sees
+ * what earlier statements of the transaction wrote and what other
+ * transactions have committed.
+ */
+SiloDirect *
+silo_direct_begin(void)
+{
+	SiloDirect *d = palloc0(sizeof(SiloDirect));
+
+	CommandCounterIncrement();
+	d->estate = CreateExecutorState();
+	d->cid = GetCurrentCommandId(true);
+	d->snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	return d;
+}
+
+/*
+ * silo_direct_snapshot: the snapshot direct reads use.
+ */
+Snapshot
+silo_direct_snapshot(SiloDirect *d)
+{
+	return d->snapshot;
+}
+
+/*
+ * silo_direct_new_snapshot: start a new command and read from now on with
+ * the latest snapshot, which sees this work's own writes so far and every
+ * transaction committed until now: after a row was found changed by a
+ * transaction that committed since the current snapshot was taken (what
+ * EvalPlanQual does for a SQL statement), or to check what a lease left
+ * behind.  Open scans are ended; the next fetch begins them again.
+ */
+void
+silo_direct_new_snapshot(SiloDirect *d)
+{
+	int			i;
+
+	for (i = 0; i < d->ntables; i++)
+	{
+		SiloTable  *t = d->tables[i];
+
+		if (t->scan != NULL)
+		{
+			index_endscan(t->scan);
+			t->scan = NULL;
+		}
+	}
+	UnregisterSnapshot(d->snapshot);
+	CommandCounterIncrement();
+	d->cid = GetCurrentCommandId(true);
+	d->snapshot = RegisterSnapshot(GetLatestSnapshot());
+}
+
+/*
+ * direct_relid: the OID of silo's table relname; a missing table is a
+ * broken installation.
+ */
+static Oid
+direct_relid(const char *relname)
+{
+	Oid			relid = get_relname_relid(relname, get_namespace_oid("silo", false));
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_INTERNAL),
+				 errmsg("table silo.%s does not exist", relname),
+				 errhint("Run ALTER EXTENSION silo UPDATE.")));
+	return relid;
+}
+
+/*
+ * silo_table_open: open silo.relname for direct access.  cols names the
+ * columns the caller reads or writes, in the order it will give them;
+ * index names the index that fetches and scans use (NULL: the primary
+ * key).  mode says what the caller will do: read rows (SILO_TABLE_READ),
+ * also lock and delete them (SILO_TABLE_DELETE), or also insert and update
+ * them (SILO_TABLE_WRITE: the table's indexes are opened for insertion,
+ * and the table must have no live column outside cols).  The locks are
+ * those a SELECT or a data-modifying statement would take.
+ */
+SiloTable *
+silo_table_open(SiloDirect *d, const char *relname, const char *const *cols, int ncols,
+				const char *index, SiloTableMode mode)
+{
+	LOCKMODE	lockmode = mode == SILO_TABLE_READ ? AccessShareLock : RowExclusiveLock;
+	SiloTable  *t = palloc0(sizeof(SiloTable));
+	TupleDesc	desc;
+	Oid			indexoid;
+	int			i;
+	int			live = 0;
+
+	if (d->ntables >= DIRECT_MAX_TABLES)
+		elog(ERROR, "silo: too many tables open for direct access");
+	t->d = d;
+	t->rel = table_open(direct_relid(relname), lockmode);
+	desc = RelationGetDescr(t->rel);
+
+	t->ncols = ncols;
+	t->attnum = palloc(sizeof(AttrNumber) * ncols);
+	for (i = 0; i < ncols; i++)
+	{
+		t->attnum[i] = attnameAttNum(t->rel, cols[i], false);
+		if (t->attnum[i] <= 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_SILO_INTERNAL),
+					 errmsg("table silo.%s has no column \"%s\"", relname, cols[i]),
+					 errhint("The silo library and the installed extension differ: run ALTER EXTENSION silo UPDATE.")));
+	}
+	for (i = 0; i < desc->natts; i++)
+		if (!TupleDescAttr(desc, i)->attisdropped)
+			live++;
+	if (mode == SILO_TABLE_WRITE && live != ncols)
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_INTERNAL),
+				 errmsg("table silo.%s has %d columns, not the %d this library writes",
+						relname, live, ncols),
+				 errhint("The silo library and the installed extension differ: run ALTER EXTENSION silo UPDATE.")));
+
+	if (mode == SILO_TABLE_WRITE)
+	{
+		t->rri = makeNode(ResultRelInfo);
+		InitResultRelInfo(t->rri, t->rel, 0, NULL, 0);
+		ExecOpenIndices(t->rri, false);
+	}
+
+	indexoid = index == NULL ? RelationGetPrimaryKeyIndex(t->rel)
+		: get_relname_relid(index, RelationGetNamespace(t->rel));
+	if (!OidIsValid(indexoid))
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_INTERNAL),
+				 errmsg("table silo.%s has no index %s", relname,
+						index == NULL ? "for its primary key" : index)));
+	t->index = index_open(indexoid, lockmode);
+	t->index_nkeys = IndexRelationGetNumberOfKeyAttributes(t->index);
+	for (i = 0; i < t->index_nkeys; i++)
+	{
+		Oid			type = t->index->rd_opcintype[i];
+		Oid			op = get_opfamily_member(t->index->rd_opfamily[i], type, type,
+											 BTEqualStrategyNumber);
+
+		if (!OidIsValid(op))
+			elog(ERROR, "silo: no equality operator for column %d of index %s", i + 1,
+				 RelationGetRelationName(t->index));
+		fmgr_info(get_opcode(op), &t->eq[i]);
+	}
+
+	t->row = table_slot_create(t->rel, NULL);
+	t->out = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);
+	d->tables[d->ntables++] = t;
+	return t;
+}
+
+/*
+ * silo_direct_end: close every table (keeping their locks to the end of
+ * the transaction, as a statement would), drop the snapshot, and end the
+ * command so that what follows in the transaction sees the writes.
+ */
+void
+silo_direct_end(SiloDirect *d)
+{
+	int			i;
+
+	for (i = d->ntables - 1; i >= 0; i--)
+	{
+		SiloTable  *t = d->tables[i];
+
+		if (t->scan != NULL)
+			index_endscan(t->scan);
+		ExecDropSingleTupleTableSlot(t->row);
+		ExecDropSingleTupleTableSlot(t->out);
+		index_close(t->index, NoLock);
+		if (t->rri != NULL)
+			ExecCloseIndices(t->rri);
+		table_close(t->rel, NoLock);
+	}
+	UnregisterSnapshot(d->snapshot);
+	FreeExecutorState(d->estate);
+	CommandCounterIncrement();
+}
+
+/*
+ * direct_scan: the table's index scan with the current snapshot, begun
+ * (or begun again after a new snapshot) with nkeys keys.
+ */
+static IndexScanDesc
+direct_scan(SiloTable *t, int nkeys)
+{
+	if (t->scan != NULL && (t->scan_snapshot != t->d->snapshot ||
+							t->scan->numberOfKeys != nkeys))
+	{
+		index_endscan(t->scan);
+		t->scan = NULL;
+	}
+	if (t->scan == NULL)
+	{
+		t->scan = index_beginscan(t->rel, t->index, t->d->snapshot, nkeys, 0);
+		t->scan_snapshot = t->d->snapshot;
+	}
+	return t->scan;
+}
+
+/*
+ * silo_table_fetch: find the row whose first nkeys index columns equal
+ * keys, as the current snapshot sees it.  The index is unique in every
+ * use, so there is at most one.  The row is then the table's current row.
+ */
+bool
+silo_table_fetch(SiloTable *t, int nkeys, const Datum *keys)
+{
+	ScanKeyData skey[INDEX_MAX_KEYS];
+	IndexScanDesc scan;
+	int			i;
+
+	Assert(nkeys <= t->index_nkeys);
+	for (i = 0; i < nkeys; i++)
+		ScanKeyEntryInitializeWithInfo(&skey[i], 0, i + 1, BTEqualStrategyNumber,
+									   InvalidOid, t->index->rd_indcollation[i],
+									   &t->eq[i], keys[i]);
+	scan = direct_scan(t, nkeys);
+	index_rescan(scan, skey, nkeys, NULL, 0);
+	return index_getnext_slot(scan, ForwardScanDirection, t->row);
+}
+
+/*
+ * silo_table_scan_start / silo_table_scan_next: walk the table's index in
+ * order from the given scan keys (the caller builds them, row comparisons
+ * included); each row returned becomes the current row.
+ */
+void
+silo_table_scan_start(SiloTable *t, ScanKey keys, int nkeys)
+{
+	index_rescan(direct_scan(t, nkeys), keys, nkeys, NULL, 0);
+}
+
+bool
+silo_table_scan_next(SiloTable *t)
+{
+	return index_getnext_slot(t->scan, ForwardScanDirection, t->row);
+}
+
+/*
+ * silo_table_get: column col (the caller's numbering) of the current row.
+ */
+Datum
+silo_table_get(SiloTable *t, int col, bool *isnull)
+{
+	return slot_getattr(t->row, t->attnum[col], isnull);
+}
+
+/*
+ * silo_table_tid: where the current row is.
+ */
+ItemPointer
+silo_table_tid(SiloTable *t)
+{
+	return &t->row->tts_tid;
+}
+
+/*
+ * direct_index: insert the index entries of the row just written to
+ * out, if the table has indexes that need them.
+ */
+static void
+direct_index(SiloTable *t)
+{
+	EState	   *estate = t->d->estate;
+
+	if (t->rri->ri_NumIndices > 0)
+	{
+		List	   *recheck = ExecInsertIndexTuples(t->rri, t->out, estate, false, false,
+													NULL, NIL);
+
+		list_free(recheck);
+		ResetPerTupleExprContext(estate);
+	}
+}
+
+/*
+ * silo_table_insert: insert a row; values and nulls are in the order of
+ * the columns the table was opened with.
+ */
+void
+silo_table_insert(SiloTable *t, const Datum *values, const bool *nulls)
+{
+	TupleTableSlot *out = t->out;
+	int			i;
+
+	Assert(t->rri != NULL);
+	ExecClearTuple(out);
+	memset(out->tts_isnull, true, sizeof(bool) * out->tts_tupleDescriptor->natts);
+	for (i = 0; i < t->ncols; i++)
+	{
+		out->tts_values[t->attnum[i] - 1] = values[i];
+		out->tts_isnull[t->attnum[i] - 1] = nulls != NULL && nulls[i];
+	}
+	ExecStoreVirtualTuple(out);
+	table_tuple_insert(t->rel, out, t->d->cid, 0, NULL);
+	direct_index(t);
+}
+
+/*
+ * silo_table_delete: delete the current row, waiting for a transaction
+ * that holds it.  TM_Ok, or why not: TM_Deleted (someone else deleted it
+ * first), TM_Updated (changed meanwhile: read it again with a new
+ * snapshot and decide again), TM_SelfModified (this transaction already
+ * did).
+ */
+TM_Result
+silo_table_delete(SiloTable *t)
+{
+	TM_FailureData tmfd;
+
+	return table_tuple_delete(t->rel, &t->row->tts_tid, t->d->cid, t->d->snapshot,
+							  InvalidSnapshot, true, &tmfd, false);
+}
+
+/*
+ * silo_table_update: replace the current row by itself with n columns
+ * changed (cols[i] set to values[i], or NULL); results as for
+ * silo_table_delete.  Index entries are written only when the update is
+ * not HOT.
+ */
+TM_Result
+silo_table_update(SiloTable *t, int n, const int *cols, const Datum *values, const bool *nulls)
+{
+	TupleTableSlot *out = t->out;
+	TupleDesc	desc = out->tts_tupleDescriptor;
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
+	bool		update_indexes;
+	TM_Result	res;
+	int			i;
+
+	Assert(t->rri != NULL);
+	slot_getallattrs(t->row);
+	ExecClearTuple(out);
+	memcpy(out->tts_values, t->row->tts_values, sizeof(Datum) * desc->natts);
+	memcpy(out->tts_isnull, t->row->tts_isnull, sizeof(bool) * desc->natts);
+	for (i = 0; i < n; i++)
+	{
+		out->tts_values[t->attnum[cols[i]] - 1] = values[i];
+		out->tts_isnull[t->attnum[cols[i]] - 1] = nulls != NULL && nulls[i];
+	}
+	ExecStoreVirtualTuple(out);
+	res = table_tuple_update(t->rel, &t->row->tts_tid, out, t->d->cid, t->d->snapshot,
+							 InvalidSnapshot, true, &tmfd, &lockmode, &update_indexes);
+	if (res == TM_Ok && update_indexes)
+		direct_index(t);
+	return res;
+}
+
+/*
+ * silo_table_lock_skip: lock the current row FOR UPDATE, or give up at
+ * once if another transaction holds it (SKIP LOCKED).  TM_Ok when locked;
+ * anything else means the row is not to be taken: locked elsewhere
+ * (TM_WouldBlock), or changed or deleted since the snapshot.
+ */
+TM_Result
+silo_table_lock_skip(SiloTable *t)
+{
+	TM_FailureData tmfd;
+
+	return table_tuple_lock(t->rel, &t->row->tts_tid, t->d->snapshot, t->row, t->d->cid,
+							LockTupleExclusive, LockWaitSkip, 0, &tmfd);
+}
+
+/*
+ * silo_text_datum_is: whether a text datum holds exactly s.
+ */
+bool
+silo_text_datum_is(Datum d, const char *s)
+{
+	text	   *t = DatumGetTextPP(d);
+	size_t		len = strlen(s);
+
+	return VARSIZE_ANY_EXHDR(t) == len && memcmp(VARDATA_ANY(t), s, len) == 0;
+}
