@@ -538,3 +538,6 @@ SELECT pg_temp.fingerprint() = :'fp' AS nothing_written;
 -- what is left (a backend crash anywhere above would have cut the output
 -- short)
 SELECT pg_temp.counts();
+
+-- 0x03 agrees with every status row the file left behind
+SELECT test_helpers.status_index_mismatches();

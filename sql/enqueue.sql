@@ -331,3 +331,6 @@ SELECT * FROM silo.enqueue_many(NULL);
 
 -- none of the failed enqueue_many calls wrote anything
 SELECT count(*) AS jobs FROM silo.job_info;
+
+-- 0x03 agrees with every status row the file left behind
+SELECT test_helpers.status_index_mismatches();

@@ -291,3 +291,6 @@ SELECT * FROM silo.job_result('res-tenant');
 \echo :LAST_ERROR_SQLSTATE
 SELECT call, test_helpers.sqlstate_of('SELECT * FROM silo.job_result(' || call || ')') AS result
   FROM (VALUES ('NULL'), ('''x'', NULL')) v(call);
+
+-- 0x03 agrees with every status row the file left behind
+SELECT test_helpers.status_index_mismatches();

@@ -219,3 +219,6 @@ SELECT pg_stat_get_xact_blocks_fetched('silo.job_info'::regclass)
        + pg_stat_get_xact_blocks_fetched('silo.job_info_pkey'::regclass)
        - current_setting('lwalk.info')::bigint <= 6 AS one_probe;
 COMMIT;
+
+-- 0x03 agrees with every status row the file left behind
+SELECT test_helpers.status_index_mismatches();

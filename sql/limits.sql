@@ -996,6 +996,8 @@ SELECT * FROM pg_temp.invariants();
 -- 4. the invariants, once more over everything left, and no leftovers
 --
 SELECT * FROM pg_temp.invariants();
+-- 0x03 agrees with every status row the limits left behind
+SELECT test_helpers.status_index_mismatches();
 SELECT pg_temp.reset_all();
 RESET silo.clock_offset_ms;
 SELECT pg_temp.counts();

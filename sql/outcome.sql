@@ -347,3 +347,6 @@ ROLLBACK;
 -- the lease is untouched, and a READ COMMITTED report still works
 SELECT silo.complete(:'rc_task', 'w1');
 SELECT status FROM silo.jobs WHERE id = 'rc-1';
+
+-- 0x03 agrees with every status row the file left behind
+SELECT test_helpers.status_index_mismatches();

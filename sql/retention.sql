@@ -73,8 +73,9 @@ SELECT id, test_helpers.job_rows(tenant, id) FROM
 		  ('-', 'pending-scheduled'), ('-', 'pending-running'), ('-', 'pending-retrying'),
 		  ('-', 'recent-succeeded')) v(tenant, id);
 SELECT value, count(*) FROM silo.job_metadata WHERE key = 'kind' GROUP BY value ORDER BY value;
--- a second purge finds nothing
+-- a second purge finds nothing, and 0x03 lost exactly the purged jobs' rows
 SELECT silo.purge_terminal_jobs() AS purged;
+SELECT test_helpers.status_index_mismatches();
 
 -- max_jobs bounds one call
 SELECT silo.enqueue('r7', id => 'batch-' || i) FROM generate_series(1, 5) i;
@@ -107,6 +108,7 @@ SHOW silo.retention;
 SET silo.clock_offset_ms = 2000000000;
 SELECT silo.purge_terminal_jobs() AS purged;
 SELECT count(*) AS jobs FROM silo.jobs WHERE id = 'kept-forever';
+SELECT test_helpers.status_index_mismatches();
 
 -- pg_cron runs the purge every minute, in this database.  The broker (even
 -- paused) schedules that job once silo holds jobs -- the install script

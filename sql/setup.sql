@@ -98,8 +98,20 @@ $$;
 -- reset(): empty every silo table, so a file starts from an empty queue
 CREATE FUNCTION test_helpers.reset() RETURNS void
 LANGUAGE sql AS $$
-	TRUNCATE silo.job_info, silo.job_status, silo.job_metadata, silo.task,
+	TRUNCATE silo.job_info, silo.job_status, silo.job_status_index, silo.job_metadata, silo.task,
 			 silo.task_lease, silo.attempt, silo.job_cancellation;
+$$;
+
+-- status_index_mismatches(): jobs whose 0x03 row (silo.job_status_index)
+-- is missing, extra, or disagrees with their status row; 0 when the two
+-- tables agree, as every transition must leave them
+CREATE FUNCTION test_helpers.status_index_mismatches() RETURNS bigint
+LANGUAGE sql AS $$
+	SELECT count(*) FROM silo.job_status s
+	  FULL JOIN silo.job_status_index x
+	    ON x.tenant = s.tenant AND x.id = s.id AND x.status = s.status
+	   AND x.changed_at = s.changed_at
+	 WHERE s.id IS NULL OR x.id IS NULL;
 $$;
 
 -- the helpers work

@@ -104,3 +104,6 @@ SELECT id, status FROM silo.jobs WHERE id = 'sw-retry';
 SELECT attempt, status, error_code, error_data->>'worker_id' AS crashed_worker
   FROM silo.attempts WHERE job_id = 'sw-retry' ORDER BY attempt;
 RESET silo.clock_offset_ms;
+
+-- 0x03 agrees with every status row the file left behind
+SELECT test_helpers.status_index_mismatches();

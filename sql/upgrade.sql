@@ -5,7 +5,8 @@
 
 -- every version PostgreSQL can install, and the default one (1.1: limits;
 -- 1.2: complete_many, plans that need no statistics; 1.3: lease marks;
--- 1.4: byte-order collation of text columns)
+-- 1.4: byte-order collation of text columns; 1.5: 0x03 as a table, HOT
+-- status changes)
 SELECT version, installed FROM pg_available_extension_versions
  WHERE name = 'silo' ORDER BY version;
 
@@ -69,8 +70,19 @@ SELECT c.relname, d.deptype AS member,
                        AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'silo')
  WHERE c.relnamespace = 'silo'::regnamespace AND c.relkind = 'v'
  ORDER BY c.relname;
-SELECT pg_get_indexdef('silo.job_status_by_status'::regclass),
-       (SELECT reloptions FROM pg_class WHERE oid = 'silo.job_status_by_status'::regclass);
+-- and 1.5's: 0x03 is a table of its own, holding the job enqueued under
+-- 1.0 (copied by the update) and the one enqueued since, each with the
+-- status and time of its status row; job_status keeps only its primary
+-- key, so that status changes are HOT updates, with room for them
+SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i
+ WHERE i.indrelid IN ('silo.job_status'::regclass, 'silo.job_status_index'::regclass)
+ ORDER BY 1;
+SELECT relname, reloptions FROM pg_class
+ WHERE oid IN ('silo.job_status'::regclass, 'silo.job_status_index_pkey'::regclass) ORDER BY 1;
+SELECT x.tenant, x.status, x.id, x.changed_at = s.changed_at AS same_time
+  FROM silo.job_status_index x JOIN silo.job_status s ON s.tenant = x.tenant AND s.id = x.id
+ ORDER BY x.id;
+SELECT test_helpers.status_index_mismatches();
 
 -- re-creating keeps exactly one purge job in pg_cron
 SELECT count(*) FROM cron.job WHERE jobname = 'silo-purge-terminal-jobs';

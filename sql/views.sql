@@ -160,3 +160,6 @@ SELECT j.id, j.metadata FROM silo.jobs j
    AND EXISTS (SELECT 1 FROM silo.job_metadata m
 				WHERE m.tenant = j.tenant AND m.key = 'customer' AND m.value = 'c1' AND m.job_id = j.id)
  ORDER BY j.id;
+
+-- 0x03 agrees with every status row the file left behind
+SELECT test_helpers.status_index_mismatches();

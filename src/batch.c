@@ -117,12 +117,12 @@ batch_check_results(ArrayType *arr, int ntasks)
 /* task_lease columns complete_many reads */
 static const char *const batch_lease_cols[] = {
 	"task_id", "kind", "tenant", "job_id", "attempt", "relative_attempt", "worker_id",
-	"started_at", "expires_at", "holds"
+	"started_at", "expires_at", "holds", "job_status_tid"
 };
 enum
 {
 	BL_TASK_ID, BL_KIND, BL_TENANT, BL_JOB_ID, BL_ATTEMPT, BL_RELATIVE_ATTEMPT,
-	BL_WORKER_ID, BL_STARTED_AT, BL_EXPIRES_AT, BL_HOLDS, BL_NCOLS
+	BL_WORKER_ID, BL_STARTED_AT, BL_EXPIRES_AT, BL_HOLDS, BL_JOB_STATUS_TID, BL_NCOLS
 };
 
 /* silo.attempt, every column */
@@ -135,12 +135,12 @@ static const char *const batch_attempt_cols[] = {
 /* silo.job_status, every column */
 static const char *const batch_status_cols[] = {
 	"tenant", "id", "status", "changed_at", "attempt", "relative_attempt", "task_id",
-	"next_attempt_at"
+	"next_attempt_at", "status_index_tid"
 };
 enum
 {
 	BS_TENANT, BS_ID, BS_STATUS, BS_CHANGED_AT, BS_ATTEMPT, BS_RELATIVE_ATTEMPT, BS_TASK_ID,
-	BS_NEXT_ATTEMPT_AT, BS_NCOLS
+	BS_NEXT_ATTEMPT_AT, BS_STATUS_INDEX_TID, BS_NCOLS
 };
 
 /*
@@ -179,42 +179,68 @@ batch_take_lease(SiloDirect *d, SiloTable *lease, Datum task_id, const char *wor
 
 /*
  * batch_end_status: set the job's status row to Succeeded, if it is still
- * Pending on this task.  The report holds the job's lease, so no other
+ * Pending on this task, and move its 0x03 row along.  The status row is
+ * found through the hint the lease carries (where enqueue wrote it; a HOT
+ * chain starts there), else by primary key; its 0x03 row likewise through
+ * the row's own hint.  The report holds the job's lease, so no other
  * transaction ends the job meanwhile; a status row changed since the
  * snapshot is read again.  Returns whether it was ended.
  */
 static bool
-batch_end_status(SiloDirect *d, SiloTable *status, Datum tenant, Datum job_id,
-				 Datum task_id, TimestampTz now)
+batch_end_status(SiloDirect *d, SiloTable *status, SiloTable *idx, Datum tenant,
+				 Datum job_id, Datum task_id, Datum hint, bool hint_null, TimestampTz now)
 {
-	static const int cols[4] = {BS_STATUS, BS_CHANGED_AT, BS_TASK_ID, BS_NEXT_ATTEMPT_AT};
+	static const int cols[5] = {BS_STATUS, BS_CHANGED_AT, BS_TASK_ID, BS_NEXT_ATTEMPT_AT,
+	BS_STATUS_INDEX_TID};
 	Datum		key[2];
-	Datum		values[4];
-	bool		nulls[4] = {false, false, true, true};
+	Datum		values[5];
+	bool		nulls[5] = {false, false, true, true, true};
 
 	key[0] = tenant;
 	key[1] = job_id;
 	values[0] = CStringGetTextDatum("Succeeded");
 	values[1] = TimestampTzGetDatum(now);
-	values[2] = values[3] = (Datum) 0;
+	values[2] = values[3] = values[4] = (Datum) 0;
 	for (;;)
 	{
 		bool		isnull;
 		Datum		cur;
+		TimestampTz old_at;
+		Datum		old_hint;
+		bool		old_hint_null;
 
-		if (!silo_table_fetch(status, 2, key))
+		if (!silo_table_fetch_hinted(status, hint, hint_null, 2, key))
 			return false;
 		if (!silo_text_datum_is(silo_table_get(status, BS_STATUS, &isnull), "Pending"))
 			return false;
 		cur = silo_table_get(status, BS_TASK_ID, &isnull);
 		if (isnull || memcmp(DatumGetUUIDP(cur), DatumGetUUIDP(task_id), UUID_LEN) != 0)
 			return false;
-		switch (silo_table_update(status, 4, cols, values, nulls))
+		old_at = DatumGetTimestampTz(silo_table_get(status, BS_CHANGED_AT, &isnull));
+		old_hint = silo_table_get(status, BS_STATUS_INDEX_TID, &old_hint_null);
+		if (!old_hint_null)
+		{
+			/* the update below leaves the row; keep the hint's value */
+			ItemPointer copy = palloc(sizeof(ItemPointerData));
+
+			ItemPointerCopy((ItemPointer) DatumGetPointer(old_hint), copy);
+			old_hint = PointerGetDatum(copy);
+		}
+
+		/*
+		 * The terminal row's 0x03 hint is cleared: the hot paths need it
+		 * only to leave Pending, and the slow paths that move a terminal
+		 * job on look its 0x03 row up by key.
+		 */
+		switch (silo_table_update(status, 5, cols, values, nulls))
 		{
 			case TM_Ok:
+				silo_status_index_move_in(idx, tenant, job_id, CStringGetTextDatum("Pending"),
+										  old_at, old_hint, old_hint_null, values[0], now);
 				return true;
 			case TM_Updated:
 				silo_direct_new_snapshot(d);
+				hint_null = true;
 				continue;
 			default:
 				return false;
@@ -261,6 +287,7 @@ silo_complete_many(PG_FUNCTION_ARGS)
 	SiloTable  *lease;
 	SiloTable  *attempt;
 	SiloTable  *status;
+	SiloTable  *idx;
 	Datum		worker_text;
 	Datum		succeeded;
 
@@ -307,6 +334,7 @@ silo_complete_many(PG_FUNCTION_ARGS)
 							  SILO_TABLE_WRITE);
 	status = silo_table_open(d, "job_status", batch_status_cols, BS_NCOLS, NULL,
 							 SILO_TABLE_WRITE);
+	idx = silo_status_index_open(d);
 
 	for (i = 0; i < ntasks; i++)
 	{
@@ -351,7 +379,8 @@ silo_complete_many(PG_FUNCTION_ARGS)
 			holds[ndone] = silo_holds_list(h);
 			any_limited = true;
 		}
-		if (batch_end_status(d, status, row[0], row[1], ids[k], now))
+		h = silo_table_get(lease, BL_JOB_STATUS_TID, &isnull);
+		if (batch_end_status(d, status, idx, row[0], row[1], ids[k], h, isnull, now))
 			nended++;
 		done_ids[ndone++] = ids[k];
 	}

@@ -885,8 +885,11 @@ silo_purge_terminal_jobs(PG_FUNCTION_ARGS)
 		values[1] = Int32GetDatum((int32) Min(PURGE_BATCH, max_jobs - total));
 		silo_exec(&plan,
 				  "WITH j AS ("
-				  "  SELECT tenant, id FROM silo.job_status"
+				  "  SELECT tenant, id, status, changed_at FROM silo.job_status"
 				  "   WHERE status <> 'Pending' AND changed_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED),"
+				  " x AS (DELETE FROM silo.job_status_index x USING j"
+				  "   WHERE x.tenant = j.tenant AND x.status = j.status"
+				  "     AND x.changed_at = j.changed_at AND x.id = j.id),"
 				  " a AS (DELETE FROM silo.attempt x USING j"
 				  "   WHERE x.tenant = j.tenant AND x.job_id = j.id),"
 				  " m AS (DELETE FROM silo.job_metadata x"

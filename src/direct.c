@@ -41,6 +41,7 @@
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "nodes/execnodes.h"
 #include "parser/parse_relation.h"
@@ -63,6 +64,8 @@ struct SiloTable
 	IndexScanDesc scan;			/* reused across fetches; ended when the
 								 * snapshot changes */
 	Snapshot	scan_snapshot;
+	IndexFetchTableData *fetch; /* for fetches by TID */
+	BlockNumber nblocks;		/* the table's size when last looked at */
 	TupleTableSlot *row;		/* the row last fetched or scanned */
 	TupleTableSlot *out;		/* virtual: the row to insert or update to */
 	int			ncols;
@@ -229,6 +232,7 @@ silo_table_open(SiloDirect *d, const char *relname, const char *const *cols, int
 		fmgr_info(get_opcode(op), &t->eq[i]);
 	}
 
+	t->nblocks = InvalidBlockNumber;
 	t->row = table_slot_create(t->rel, NULL);
 	t->out = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);
 	d->tables[d->ntables++] = t;
@@ -251,6 +255,8 @@ silo_direct_end(SiloDirect *d)
 
 		if (t->scan != NULL)
 			index_endscan(t->scan);
+		if (t->fetch != NULL)
+			table_index_fetch_end(t->fetch);
 		ExecDropSingleTupleTableSlot(t->row);
 		ExecDropSingleTupleTableSlot(t->out);
 		index_close(t->index, NoLock);
@@ -304,6 +310,37 @@ silo_table_fetch(SiloTable *t, int nkeys, const Datum *keys)
 	scan = direct_scan(t, nkeys);
 	index_rescan(scan, skey, nkeys, NULL, 0);
 	return index_getnext_slot(scan, ForwardScanDirection, t->row);
+}
+
+/*
+ * silo_table_fetch_tid: find the row a TID that silo stored points at, as
+ * the current snapshot sees it: the visible version of the HOT chain that
+ * starts there, as an index entry pointing there would find it.  The TID
+ * is a hint (see docs/storage.md, "Row hints"): it may point past the end
+ * of a table rewritten since, at a removed row, or at another row that
+ * took its place, so the caller checks the row's key before using it and
+ * falls back to silo_table_fetch.
+ */
+bool
+silo_table_fetch_tid(SiloTable *t, ItemPointer tid)
+{
+	ItemPointerData at = *tid;
+	bool		call_again = false;
+	bool		all_dead = false;
+
+	if (!ItemPointerIsValid(&at))
+		return false;
+	if (t->nblocks == InvalidBlockNumber || ItemPointerGetBlockNumber(&at) >= t->nblocks)
+	{
+		/* the table may have grown since it was last looked at */
+		t->nblocks = RelationGetNumberOfBlocks(t->rel);
+		if (ItemPointerGetBlockNumber(&at) >= t->nblocks)
+			return false;
+	}
+	if (t->fetch == NULL)
+		t->fetch = table_index_fetch_begin(t->rel);
+	return table_index_fetch_tuple(t->fetch, &at, t->d->snapshot, t->row, &call_again,
+								   &all_dead);
 }
 
 /*
@@ -400,6 +437,33 @@ silo_table_delete(SiloTable *t)
 }
 
 /*
+ * silo_table_delete_skip_locked: delete the current row unless another
+ * transaction holds it (SKIP LOCKED), in one step where FOR UPDATE SKIP
+ * LOCKED and a DELETE take two: the delete does not wait, and a row held
+ * elsewhere comes back as TM_BeingModified.  A row this transaction has
+ * locked itself (a task an UPDATE ... FOR UPDATE promoted a moment ago
+ * carries that lock) also comes back so; for those, and only those, the
+ * lock is taken the usual way, which succeeds at once, and the delete
+ * repeated.  TM_Ok when deleted.
+ */
+TM_Result
+silo_table_delete_skip_locked(SiloTable *t)
+{
+	TM_FailureData tmfd;
+	TM_Result	res;
+
+	res = table_tuple_delete(t->rel, &t->row->tts_tid, t->d->cid, t->d->snapshot,
+							 InvalidSnapshot, false, &tmfd, false);
+	if (res != TM_BeingModified)
+		return res;
+	res = table_tuple_lock(t->rel, &t->row->tts_tid, t->d->snapshot, t->row, t->d->cid,
+						   LockTupleExclusive, LockWaitSkip, 0, &tmfd);
+	if (res != TM_Ok)
+		return res;
+	return silo_table_delete(t);
+}
+
+/*
  * silo_table_update: replace the current row by itself with n columns
  * changed (cols[i] set to values[i], or NULL); results as for
  * silo_table_delete.  Index entries are written only when the update is
@@ -435,21 +499,6 @@ silo_table_update(SiloTable *t, int n, const int *cols, const Datum *values, con
 }
 
 /*
- * silo_table_lock_skip: lock the current row FOR UPDATE, or give up at
- * once if another transaction holds it (SKIP LOCKED).  TM_Ok when locked;
- * anything else means the row is not to be taken: locked elsewhere
- * (TM_WouldBlock), or changed or deleted since the snapshot.
- */
-TM_Result
-silo_table_lock_skip(SiloTable *t)
-{
-	TM_FailureData tmfd;
-
-	return table_tuple_lock(t->rel, &t->row->tts_tid, t->d->snapshot, t->row, t->d->cid,
-							LockTupleExclusive, LockWaitSkip, 0, &tmfd);
-}
-
-/*
  * silo_text_datum_is: whether a text datum holds exactly s.
  */
 bool
@@ -459,4 +508,52 @@ silo_text_datum_is(Datum d, const char *s)
 	size_t		len = strlen(s);
 
 	return VARSIZE_ANY_EXHDR(t) == len && memcmp(VARDATA_ANY(t), s, len) == 0;
+}
+
+/*
+ * silo_text_datums_equal: whether two text datums hold the same bytes
+ * (equality under the "C" collation of silo's key columns).
+ */
+bool
+silo_text_datums_equal(Datum a, Datum b)
+{
+	text	   *ta = DatumGetTextPP(a);
+	text	   *tb = DatumGetTextPP(b);
+
+	return VARSIZE_ANY_EXHDR(ta) == VARSIZE_ANY_EXHDR(tb) &&
+		memcmp(VARDATA_ANY(ta), VARDATA_ANY(tb), VARSIZE_ANY_EXHDR(ta)) == 0;
+}
+
+/*
+ * silo_table_fetch_hinted: find a row by its key, trying the TID hint
+ * first: the row the hint points at is taken if its first nkeys columns
+ * (the caller's numbering: columns 0 .. nkeys - 1 must be the key, in
+ * index order) equal keys; otherwise the index is searched.  text and
+ * timestamptz key columns only.
+ */
+bool
+silo_table_fetch_hinted(SiloTable *t, Datum hint, bool hint_null, int nkeys,
+						const Datum *keys)
+{
+	if (!hint_null && silo_table_fetch_tid(t, (ItemPointer) DatumGetPointer(hint)))
+	{
+		TupleDesc	desc = t->row->tts_tupleDescriptor;
+		int			i;
+
+		for (i = 0; i < nkeys; i++)
+		{
+			bool		isnull;
+			Datum		v = silo_table_get(t, i, &isnull);
+			Oid			type = TupleDescAttr(desc, t->attnum[i] - 1)->atttypid;
+
+			if (isnull)
+				break;
+			if (type == TEXTOID ? !silo_text_datums_equal(v, keys[i])
+				: DatumGetInt64(v) != DatumGetInt64(keys[i]))
+				break;
+		}
+		if (i == nkeys)
+			return true;
+	}
+	return silo_table_fetch(t, nkeys, keys);
 }

@@ -4,8 +4,8 @@
  *	  silo.enqueue and silo.enqueue_many: create jobs.
  *
  * An enqueue writes, in the caller's transaction, the job_info row, the
- * job_status row (Pending, attempt 1) and the job's first task, in one
- * statement; metadata index rows follow when there is metadata.  A due job
+ * job_status row (Pending, attempt 1), its 0x03 row and the job's first
+ * task, in one statement; metadata index rows follow when there is metadata.  A due job
  * queues a (coalesced) wake-up notification for its task group; a future
  * job wakes the broker at commit so it is promoted on time.
  *
@@ -16,12 +16,14 @@
 #include <math.h>
 
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgrprotos.h"
+#include "utils/lsyscache.h"
 
 PG_FUNCTION_INFO_V1(silo_enqueue);
 PG_FUNCTION_INFO_V1(silo_enqueue_many);
@@ -77,6 +79,19 @@ enqueue_parse_on_conflict(const char *value)
 }
 
 /*
+ * enqueue_has_status_index: whether the installed schema has 0x03 as a
+ * table (1.5 on).  Until ALTER EXTENSION silo UPDATE has run after an
+ * upgrade of the library, enqueues keep working on the older schema
+ * (docs/operations.md, "Upgrades"); the update copies their status rows
+ * into 0x03.
+ */
+static bool
+enqueue_has_status_index(void)
+{
+	return OidIsValid(get_relname_relid("job_status_index", get_namespace_oid("silo", false)));
+}
+
+/*
  * silo_enqueue_job: write one validated job; returns its id.  The caller
  * has not connected SPI.
  */
@@ -84,6 +99,7 @@ char *
 silo_enqueue_job(SiloEnqueueArgs *args)
 {
 	static SPIPlanPtr insert_plan = NULL;
+	static SPIPlanPtr insert_plan_pre15 = NULL;
 	static SPIPlanPtr meta_plan = NULL;
 	static const Oid insert_types[18] = {
 		TEXTOID, TEXTOID, TEXTOID, INT2OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
@@ -137,24 +153,54 @@ silo_enqueue_job(SiloEnqueueArgs *args)
 	values[17] = BoolGetDatum(args->nlimits == 0);	/* limits: the chain writes the task */
 
 	silo_spi_connect();
-	silo_exec(&insert_plan,
-			  "WITH j AS ("
-			  "  INSERT INTO silo.job_info (tenant, id, task_group, priority, start_at, enqueued_at,"
-			  "    seq, payload, retry_count, retry_initial_ms, retry_max_ms, retry_factor,"
-			  "    retry_randomize, limits, metadata)"
-			  "  VALUES ($1, $2, $3, $4, $5, $6, nextval('silo.job_seq'), $7, $8, $9, $10, $11,"
-			  "    $12, $13, $14)"
-			  "  ON CONFLICT DO NOTHING RETURNING seq),"
-			  " s AS ("
-			  "  INSERT INTO silo.job_status (tenant, id, status, changed_at, attempt,"
-			  "    relative_attempt, task_id, next_attempt_at)"
-			  "  SELECT $1, $2, 'Pending', $6, 1, 1, $15, $16 FROM j),"
-			  " t AS ("
-			  "  INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
-			  "    relative_attempt, task_id, seq, due)"
-			  "  SELECT $3, $16, $4, $1, $2, 1, 1, $15, j.seq, $17 FROM j WHERE $18)"
-			  "SELECT seq FROM j",
-			  18, insert_types, values, nulls, false, 0);
+	/*
+	 * The task row carries hints of where its job_info and job_status rows
+	 * are, and the status row one of where its 0x03 row is: the lease and
+	 * the completion find them without an index search (docs/storage.md,
+	 * "Row hints").
+	 */
+	if (enqueue_has_status_index())
+		silo_exec(&insert_plan,
+				  "WITH j AS ("
+				  "  INSERT INTO silo.job_info (tenant, id, task_group, priority, start_at,"
+				  "    enqueued_at, seq, payload, retry_count, retry_initial_ms, retry_max_ms,"
+				  "    retry_factor, retry_randomize, limits, metadata)"
+				  "  VALUES ($1, $2, $3, $4, $5, $6, nextval('silo.job_seq'), $7, $8, $9, $10,"
+				  "    $11, $12, $13, $14)"
+				  "  ON CONFLICT DO NOTHING RETURNING seq, ctid),"
+				  " x AS ("
+				  "  INSERT INTO silo.job_status_index (tenant, status, changed_at, id)"
+				  "  SELECT $1, 'Pending', $6, $2 FROM j RETURNING ctid),"
+				  " s AS ("
+				  "  INSERT INTO silo.job_status (tenant, id, status, changed_at, attempt,"
+				  "    relative_attempt, task_id, next_attempt_at, status_index_tid)"
+				  "  SELECT $1, $2, 'Pending', $6, 1, 1, $15, $16, x.ctid FROM x RETURNING ctid),"
+				  " t AS ("
+				  "  INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
+				  "    relative_attempt, task_id, seq, due, job_info_tid, job_status_tid)"
+				  "  SELECT $3, $16, $4, $1, $2, 1, 1, $15, j.seq, $17, j.ctid, s.ctid"
+				  "    FROM j, s WHERE $18)"
+				  "SELECT seq FROM j",
+				  18, insert_types, values, nulls, false, 0);
+	else
+		silo_exec(&insert_plan_pre15,
+				  "WITH j AS ("
+				  "  INSERT INTO silo.job_info (tenant, id, task_group, priority, start_at,"
+				  "    enqueued_at, seq, payload, retry_count, retry_initial_ms, retry_max_ms,"
+				  "    retry_factor, retry_randomize, limits, metadata)"
+				  "  VALUES ($1, $2, $3, $4, $5, $6, nextval('silo.job_seq'), $7, $8, $9, $10,"
+				  "    $11, $12, $13, $14)"
+				  "  ON CONFLICT DO NOTHING RETURNING seq),"
+				  " s AS ("
+				  "  INSERT INTO silo.job_status (tenant, id, status, changed_at, attempt,"
+				  "    relative_attempt, task_id, next_attempt_at)"
+				  "  SELECT $1, $2, 'Pending', $6, 1, 1, $15, $16 FROM j),"
+				  " t AS ("
+				  "  INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
+				  "    relative_attempt, task_id, seq, due)"
+				  "  SELECT $3, $16, $4, $1, $2, 1, 1, $15, j.seq, $17 FROM j WHERE $18)"
+				  "SELECT seq FROM j",
+				  18, insert_types, values, nulls, false, 0);
 
 	if (SPI_processed == 0)
 	{

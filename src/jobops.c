@@ -28,6 +28,7 @@ PG_FUNCTION_INFO_V1(silo_job_result);
 typedef struct JobState
 {
 	char	   *status;			/* Pending or a terminal status */
+	TimestampTz changed_at;		/* and since when (its 0x03 key) */
 	bool		cancelled;		/* has a cancellation flag */
 	bool		running;		/* its current task is leased */
 	bool		has_task;		/* status row names a current task */
@@ -86,7 +87,7 @@ jobops_lock(Datum *key, JobState *st)
 
 	silo_exec(&lock_plan,
 			  "SELECT s.status, s.task_id, s.next_attempt_at, i.task_group, i.priority,"
-			  "  s.attempt, i.seq, i.limits"
+			  "  s.attempt, i.seq, i.limits, s.changed_at"
 			  "  FROM silo.job_status s JOIN silo.job_info i ON i.tenant = s.tenant AND i.id = s.id"
 			  " WHERE s.tenant = $1 AND s.id = $2 FOR UPDATE OF s",
 			  2, jobops_key_types, key, NULL, false, 0);
@@ -104,6 +105,7 @@ jobops_lock(Datum *key, JobState *st)
 	st->attempt = silo_col_int32(0, 6);
 	st->seq = silo_col_int64(0, 7);
 	st->nlimits = silo_parse_limits(DatumGetJsonbP(silo_col(0, 8, &isnull)), &st->limits, NULL);
+	st->changed_at = silo_col_ts(0, 9, NULL);
 
 	values[0] = key[0];
 	values[1] = key[1];
@@ -261,10 +263,15 @@ silo_cancel(PG_FUNCTION_ARGS)
 			removed = SPI_processed == 1;
 		}
 		if (removed)
+		{
 			silo_exec(&end_plan,
 					  "UPDATE silo.job_status SET status = 'Cancelled', changed_at = $7, task_id = NULL,"
 					  "  next_attempt_at = NULL WHERE tenant = $1 AND id = $2",
 					  7, types, values, NULL, false, 0);
+			silo_status_index_move(TextDatumGetCString(values[0]),
+								   TextDatumGetCString(values[1]),
+								   st.status, st.changed_at, "Cancelled", now);
+		}
 		else if (!jobops_task_leased(st.task_id))
 		{
 			/* Neither waiting nor leased: bookkeeping is broken. */
@@ -324,6 +331,8 @@ silo_restart(PG_FUNCTION_ARGS)
 			  "  relative_attempt = 1, task_id = $6, next_attempt_at = $4"
 			  "  FROM n WHERE tenant = $1 AND id = $2 RETURNING n.attempt",
 			  8, types, values, NULL, false, 0);
+	silo_status_index_move(TextDatumGetCString(values[0]), TextDatumGetCString(values[1]),
+						   st.status, st.changed_at, "Pending", now);
 	if (st.nlimits > 0)
 	{
 		SiloChainJob job;
@@ -464,9 +473,18 @@ silo_delete_job(PG_FUNCTION_ARGS)
 			  "   WHERE i.tenant = $1 AND i.id = $2 AND m.tenant = $1 AND m.key = e.key"
 			  "     AND m.value = e.value AND m.job_id = $2),"
 			  " c AS (DELETE FROM silo.job_cancellation WHERE tenant = $1 AND job_id = $2),"
-			  " i AS (DELETE FROM silo.job_info WHERE tenant = $1 AND id = $2)"
-			  "DELETE FROM silo.job_status WHERE tenant = $1 AND id = $2",
+			  " i AS (DELETE FROM silo.job_info WHERE tenant = $1 AND id = $2),"
+			  " s AS (DELETE FROM silo.job_status WHERE tenant = $1 AND id = $2"
+			  "   RETURNING tenant, status, changed_at, id)"
+			  "DELETE FROM silo.job_status_index x USING s"
+			  " WHERE x.tenant = s.tenant AND x.status = s.status AND x.changed_at = s.changed_at"
+			  "   AND x.id = s.id",
 			  2, jobops_key_types, values, NULL, false, 0);
+	if (SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_INTERNAL),
+				 errmsg("job \"%s\" of tenant \"%s\" has no status index entry",
+						TextDatumGetCString(values[1]), TextDatumGetCString(values[0]))));
 	silo_spi_finish();
 	PG_RETURN_BOOL(true);
 }

@@ -59,26 +59,29 @@ lease_marks_enabled(Oid *task_relid)
 /* silo.task columns a lease reads */
 static const char *const lease_task_cols[] = {
 	"task_id", "task_group", "tenant", "job_id", "attempt", "relative_attempt", "priority",
-	"start_at", "seq", "holds"
+	"start_at", "seq", "holds", "job_info_tid", "job_status_tid"
 };
 enum
 {
 	LT_TASK_ID, LT_TASK_GROUP, LT_TENANT, LT_JOB_ID, LT_ATTEMPT, LT_RELATIVE_ATTEMPT,
-	LT_PRIORITY, LT_START_AT, LT_SEQ, LT_HOLDS, LT_NCOLS
+	LT_PRIORITY, LT_START_AT, LT_SEQ, LT_HOLDS, LT_JOB_INFO_TID, LT_JOB_STATUS_TID, LT_NCOLS
 };
 
 /* silo.task_lease, every column */
 static const char *const lease_lease_cols[] = {
 	"task_id", "kind", "task_group", "tenant", "job_id", "attempt", "relative_attempt",
-	"priority", "start_at", "seq", "worker_id", "started_at", "expires_at", "holds"
+	"priority", "start_at", "seq", "worker_id", "started_at", "expires_at", "holds",
+	"job_status_tid"
 };
-#define LEASE_LEASE_NCOLS 14
+#define LEASE_LEASE_NCOLS 15
 
-/* silo.job_info columns a lease reads */
-static const char *const lease_info_cols[] = {"retry_count", "payload", "metadata"};
+/* silo.job_info columns a lease reads; the key first (see below) */
+static const char *const lease_info_cols[] = {
+	"tenant", "id", "retry_count", "payload", "metadata"
+};
 enum
 {
-	LI_RETRY_COUNT, LI_PAYLOAD, LI_METADATA, LI_NCOLS
+	LI_TENANT, LI_ID, LI_RETRY_COUNT, LI_PAYLOAD, LI_METADATA, LI_NCOLS
 };
 
 /*
@@ -210,15 +213,19 @@ lease_take(SiloDirect *d, ReturnSetInfo *rsinfo, const char *task_group, int32 m
 		Datum		out[LEASED_TASK_NATTS];
 		bool		outnulls[LEASED_TASK_NATTS];
 		Datum		key[2];
+		Datum		hint;
+		bool		hint_null;
 		bool		isnull;
 		int			c;
 
-		if (silo_table_lock_skip(task) != TM_Ok)
+		/*
+		 * The delete is the lock (SKIP LOCKED): a task another transaction
+		 * holds, or changed or took since the scan's snapshot, is passed
+		 * over.  The check before the mark is raised finds any of them
+		 * that stays (lease_raise_mark).
+		 */
+		if (silo_table_delete_skip_locked(task) != TM_Ok)
 			continue;
-		if (silo_table_delete(task) != TM_Ok)
-			ereport(ERROR,
-					(errcode(ERRCODE_SILO_INTERNAL),
-					 errmsg("could not delete a task locked by this lease")));
 
 		/* the lease row: the task's columns, then who holds it until when */
 		memset(lnulls, false, sizeof(lnulls));
@@ -230,6 +237,7 @@ lease_take(SiloDirect *d, ReturnSetInfo *rsinfo, const char *task_group, int32 m
 		l[11] = TimestampTzGetDatum(now);
 		l[12] = TimestampTzGetDatum(expires);
 		l[13] = silo_table_get(task, LT_HOLDS, &lnulls[13]);
+		l[14] = silo_table_get(task, LT_JOB_STATUS_TID, &lnulls[14]);
 		silo_table_insert(lease, l, lnulls);
 
 		memset(outnulls, false, sizeof(outnulls));
@@ -245,7 +253,8 @@ lease_take(SiloDirect *d, ReturnSetInfo *rsinfo, const char *task_group, int32 m
 		outnulls[12] = outnulls[13] = outnulls[14] = true;
 		key[0] = l[3];
 		key[1] = l[4];
-		if (silo_table_fetch(info, 2, key))
+		hint = silo_table_get(task, LT_JOB_INFO_TID, &hint_null);
+		if (silo_table_fetch_hinted(info, hint, hint_null, 2, key))
 		{
 			Datum		retry_count = silo_table_get(info, LI_RETRY_COUNT, &isnull);
 

@@ -33,6 +33,15 @@ PG_FUNCTION_INFO_V1(silo_fail);
 PG_FUNCTION_INFO_V1(silo_ack_cancel);
 PG_FUNCTION_INFO_V1(silo_release);
 
+/*
+ * A CTE o: the job's status and its time, as they are before the
+ * statement's UPDATE of the job's status row (locked here; the statement
+ * joins it, and returns them so the 0x03 row can be moved after it).
+ */
+#define OUTCOME_OLD_STATUS \
+	"o AS (SELECT status, changed_at FROM silo.job_status" \
+	"  WHERE tenant = $1 AND id = $2 FOR UPDATE)"
+
 #define LEASE_COLUMNS \
 	"kind, task_group, tenant, job_id, attempt, relative_attempt, priority," \
 	" start_at, seq, worker_id, started_at, expires_at, task_id, holds"
@@ -366,13 +375,17 @@ silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
 				  "WITH a AS ("
 				  "  INSERT INTO silo.attempt (tenant, job_id, attempt, relative_attempt, task_id,"
 				  "    worker_id, status, started_at, finished_at, result, error_code, error_data)"
-				  "  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12))"
-				  "UPDATE silo.job_status SET status = $13, changed_at = $9, task_id = NULL,"
+				  "  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)),"
+				  " " OUTCOME_OLD_STATUS
+				  "UPDATE silo.job_status s SET status = $13, changed_at = $9, task_id = NULL,"
 				  "  next_attempt_at = NULL"
-				  " WHERE tenant = $1 AND id = $2 AND status = 'Pending' AND task_id = $5",
+				  "  FROM o WHERE s.tenant = $1 AND s.id = $2 AND s.status = 'Pending' AND s.task_id = $5"
+				  " RETURNING o.changed_at",
 				  13, types, values, nulls, false, 0);
 		if (SPI_processed != 1)
 			outcome_not_running(lease);
+		silo_status_index_move(lease->tenant, lease->job_id, "Pending", silo_col_ts(0, 1, NULL),
+							   job_status, now);
 		if (strcmp(job_status, "Cancelled") == 0 && !cancelled)
 			silo_exec(&flag_plan,
 					  "INSERT INTO silo.job_cancellation (tenant, job_id, cancelled_at)"
@@ -402,11 +415,16 @@ silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
 				  " t AS ("
 				  "  INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
 				  "    relative_attempt, task_id, seq, due)"
-				  "  SELECT $13, $14, $15, $1, $2, $3 + 1, $4 + 1, $16, $17, $18 WHERE $19)"
-				  "UPDATE silo.job_status SET status = 'Pending', changed_at = $9,"
+				  "  SELECT $13, $14, $15, $1, $2, $3 + 1, $4 + 1, $16, $17, $18 WHERE $19),"
+				  " " OUTCOME_OLD_STATUS
+				  "UPDATE silo.job_status s SET status = 'Pending', changed_at = $9,"
 				  "  attempt = $3 + 1, relative_attempt = $4 + 1, task_id = $16, next_attempt_at = $14"
-				  " WHERE tenant = $1 AND id = $2",
+				  "  FROM o WHERE s.tenant = $1 AND s.id = $2 RETURNING o.status, o.changed_at",
 				  19, types, values, nulls, false, 0);
+		if (SPI_processed != 1)
+			outcome_not_running(lease);
+		silo_status_index_move(lease->tenant, lease->job_id, silo_col_text(0, 1),
+							   silo_col_ts(0, 2, NULL), "Pending", now);
 		if (lease->limited)
 		{
 			SiloChainJob job;
@@ -547,10 +565,15 @@ silo_release(PG_FUNCTION_ARGS)
 			  "WITH t AS ("
 			  "  INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
 			  "    relative_attempt, task_id, seq, due)"
-			  "  SELECT $5, $6, $7, $1, $2, $3, $4, $8, $9, true WHERE $11)"
-			  "UPDATE silo.job_status SET task_id = $8, next_attempt_at = $6, changed_at = $10"
-			  " WHERE tenant = $1 AND id = $2",
+			  "  SELECT $5, $6, $7, $1, $2, $3, $4, $8, $9, true WHERE $11),"
+			  " " OUTCOME_OLD_STATUS
+			  "UPDATE silo.job_status s SET task_id = $8, next_attempt_at = $6, changed_at = $10"
+			  "  FROM o WHERE s.tenant = $1 AND s.id = $2 RETURNING o.status, o.changed_at",
 			  11, types, values, NULL, false, 0);
+	if (SPI_processed != 1)
+		outcome_not_running(&lease);
+	silo_status_index_move(lease.tenant, lease.job_id, silo_col_text(0, 1),
+						   silo_col_ts(0, 2, NULL), silo_col_text(0, 1), now);
 	if (lease.limited)
 	{
 		SiloChainJob job;
@@ -603,15 +626,19 @@ silo_chain_fail_rate_limited(SiloChainJob *job, int at, TimestampTz now)
 			  "WITH a AS ("
 			  "  INSERT INTO silo.attempt (tenant, job_id, attempt, relative_attempt, task_id,"
 			  "    status, finished_at, error_code, error_data)"
-			  "  VALUES ($1, $2, $3, $4, $5, 'Failed', $6, 'RATE_LIMITED', $7))"
-			  "UPDATE silo.job_status SET status = 'Failed', changed_at = $6, task_id = NULL,"
+			  "  VALUES ($1, $2, $3, $4, $5, 'Failed', $6, 'RATE_LIMITED', $7)),"
+			  " " OUTCOME_OLD_STATUS
+			  "UPDATE silo.job_status s SET status = 'Failed', changed_at = $6, task_id = NULL,"
 			  "  next_attempt_at = NULL"
-			  " WHERE tenant = $1 AND id = $2 AND status = 'Pending' AND task_id = $5",
+			  "  FROM o WHERE s.tenant = $1 AND s.id = $2 AND s.status = 'Pending' AND s.task_id = $5"
+			  " RETURNING o.changed_at",
 			  7, types, values, NULL, false, 0);
 	if (SPI_processed != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_SILO_INTERNAL),
 				 errmsg("job \"%s\" of tenant \"%s\" is not waiting on task %s",
 						job->job_id, job->tenant, silo_uuid_to_cstring(job->task_id))));
+	silo_status_index_move(job->tenant, job->job_id, "Pending", silo_col_ts(0, 1, NULL),
+						   "Failed", now);
 	silo_limits_release(job->tenant, job->holds, job->task_id, now);
 }

@@ -66,7 +66,7 @@ extern int	silo_clock_offset_ms;
 #define SILO_LOCKTAG_CLASS		0x5110
 
 /* The extension version this library implements (silo.control). */
-#define SILO_EXTENSION_VERSION	"1.4"
+#define SILO_EXTENSION_VERSION	"1.5"
 
 /* The pg_cron job that runs the retention purge. */
 #define SILO_PURGE_JOB_NAME		"silo-purge-terminal-jobs"
@@ -225,16 +225,30 @@ extern SiloTable *silo_table_open(SiloDirect *d, const char *relname,
 								  const char *const *cols, int ncols,
 								  const char *index, SiloTableMode mode);
 extern bool silo_table_fetch(SiloTable *t, int nkeys, const Datum *keys);
+extern bool silo_table_fetch_tid(SiloTable *t, ItemPointer tid);
+extern bool silo_table_fetch_hinted(SiloTable *t, Datum hint, bool hint_null, int nkeys,
+									const Datum *keys);
 extern void silo_table_scan_start(SiloTable *t, ScanKey keys, int nkeys);
 extern bool silo_table_scan_next(SiloTable *t);
 extern Datum silo_table_get(SiloTable *t, int col, bool *isnull);
 extern ItemPointer silo_table_tid(SiloTable *t);
 extern void silo_table_insert(SiloTable *t, const Datum *values, const bool *nulls);
-extern TM_Result silo_table_lock_skip(SiloTable *t);
 extern TM_Result silo_table_delete(SiloTable *t);
+extern TM_Result silo_table_delete_skip_locked(SiloTable *t);
 extern TM_Result silo_table_update(SiloTable *t, int n, const int *cols,
 								   const Datum *values, const bool *nulls);
 extern bool silo_text_datum_is(Datum d, const char *s);
+extern bool silo_text_datums_equal(Datum a, Datum b);
+
+/* statusindex.c: 0x03 */
+extern SiloTable *silo_status_index_open(SiloDirect *d);
+extern void silo_status_index_move_in(SiloTable *idx, Datum tenant, Datum id,
+									  Datum old_status, TimestampTz old_at,
+									  Datum hint, bool hint_null,
+									  Datum new_status, TimestampTz new_at);
+extern void silo_status_index_move(const char *tenant, const char *id,
+								   const char *old_status, TimestampTz old_at,
+								   const char *new_status, TimestampTz new_at);
 
 /* validate.c */
 extern void silo_require_arg(FunctionCallInfo fcinfo, int argno, const char *name);

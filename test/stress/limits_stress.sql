@@ -588,6 +588,22 @@ END
 $$;
 
 /*
+ * stress.status_index: 0x03 (silo.job_status_index, 1.5 on; before, the
+ * status rows themselves, so that nothing can disagree).
+ */
+DO $$
+BEGIN
+	IF to_regclass('silo.job_status_index') IS NOT NULL THEN
+		EXECUTE 'CREATE VIEW stress.status_index AS'
+			' SELECT tenant, status, changed_at, id FROM silo.job_status_index';
+	ELSE
+		EXECUTE 'CREATE VIEW stress.status_index AS'
+			' SELECT tenant, status, changed_at, id FROM silo.job_status';
+	END IF;
+END
+$$;
+
+/*
  * stress.sample(n): one INSERT statement, so every check reads the same
  * snapshot.  Violations (kind, detail):
  *   over_max                a key has more holders than its max (fixed:
@@ -611,6 +627,8 @@ $$;
  *   job_holds_key_twice     one job holds one key twice
  *   refresh_lease_not_current  a refresh lease that is not its key's
  *                           scheduled, delivered refresh
+ *   status_index_mismatch   a job's 0x03 row is missing, extra, or
+ *                           disagrees with its status row's status or time
  *   rate_bucket_out_of_range   a bucket's level below 0, or above its limit
  *                           (a leaky bucket's level drained to now: a check
  *                           whose clock reading predates the last update
@@ -728,6 +746,14 @@ v AS (
 	  LEFT JOIN silo.floating_limit f ON f.tenant = l.tenant AND f.queue = l.job_id
 	 WHERE l.kind = 'refresh'
 	   AND (f.refresh_task_id IS DISTINCT FROM l.task_id OR f.refresh_ready)
+	UNION ALL
+	SELECT 'status_index_mismatch',
+		   jsonb_build_object('status_row', to_jsonb(s), 'index_row', to_jsonb(x))
+	  FROM (SELECT tenant, id, status, changed_at FROM silo.job_status) s
+	  FULL JOIN stress.status_index x
+		ON x.tenant = s.tenant AND x.id = s.id AND x.status = s.status
+	   AND x.changed_at = s.changed_at
+	 WHERE s.id IS NULL OR x.id IS NULL
 	UNION ALL
 	SELECT 'rate_bucket_out_of_range', to_jsonb(b) || jsonb_build_object('level_now', x.level_now)
 	  FROM silo.rate_limit_bucket b

@@ -259,10 +259,14 @@ unlike(slurp_file($node->logfile, $logpos), qr/silo broker.*exited|terminating b
 	'bad row: the broker did not exit');
 
 # Repair so the sweep stops warning, and check it then finishes the lease.
+# The status row goes back as it was: Pending since the time its 0x03 row
+# (silo.job_status_index, which the delete above left alone) records.
 $node->safe_psql('postgres', q{
 INSERT INTO silo.job_status (tenant, id, status, changed_at, attempt, relative_attempt, task_id, next_attempt_at)
-SELECT tenant, job_id, 'Pending', now(), attempt, relative_attempt, task_id, start_at
-  FROM silo.task_lease WHERE job_id = 'bad-1'});
+SELECT l.tenant, l.job_id, 'Pending', x.changed_at, l.attempt, l.relative_attempt, l.task_id, l.start_at
+  FROM silo.task_lease l
+  JOIN silo.job_status_index x ON x.tenant = l.tenant AND x.id = l.job_id AND x.status = 'Pending'
+ WHERE l.job_id = 'bad-1'});
 ok( poll_until($node, q{SELECT status FROM silo.jobs WHERE id = 'bad-1'}, 'Failed', 10),
 	'bad row repaired: the sweep then finishes its lease');
 
