@@ -94,11 +94,24 @@ system_reset(PGconn *conn, lg_system s)
 				" run_at timestamptz NOT NULL DEFAULT now())");
 		return;
 	}
-	/* every table of schema silo holds queue data: truncate them all */
+	/*
+	 * every table of schema silo holds queue data: truncate them all.  The
+	 * broker and pg_cron's purge lock some of them in another order, so a
+	 * deadlock is retried.
+	 */
 	db_exec(conn,
-			"DO $$ BEGIN EXECUTE (SELECT 'TRUNCATE ' || string_agg("
-			"format('%I.%I', schemaname, tablename), ', ') FROM pg_tables"
-			" WHERE schemaname = 'silo'); END $$");
+			"DO $$ BEGIN"
+			" FOR i IN 1 .. 50 LOOP"
+			"  BEGIN"
+			"   EXECUTE (SELECT 'TRUNCATE ' || string_agg("
+			"     format('%I.%I', schemaname, tablename), ', ') FROM pg_tables"
+			"     WHERE schemaname = 'silo');"
+			"   RETURN;"
+			"  EXCEPTION WHEN deadlock_detected THEN PERFORM pg_sleep(0.1);"
+			"  END;"
+			" END LOOP;"
+			" RAISE EXCEPTION 'could not empty schema silo: deadlocks';"
+			" END $$");
 }
 
 /* system_fill_range: enqueue jobs from..to (payload {"i": n}) with the

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# bench/instructions.sh: instructions per job, counted by valgrind, for silo
+# (a lease of 128 and complete_many of the 128) and for the bare queue (a
+# DELETE of 128 claimed rows), on queues of 200,000 jobs.  Instruction
+# counts do not move with the load of a shared machine, so one change can be
+# judged by them where a rate would drown in noise (docs/performance.md,
+# "How to measure").
+#
+#   bash bench/instructions.sh            # both systems
+#   bash bench/instructions.sh silo       # one
+#
+# Environment: PGBIN (default /usr/lib/postgresql/15/bin), JOBS (200000),
+# KEEP=1 keeps the scratch directory (and its callgrind.out files, for
+# callgrind_annotate).
+#
+# Method: `postgres --single` runs 10, then 30, copies of one statement
+# under callgrind, each from a copy of the same filled data directory; the
+# difference of the two totals divided by the 20 x 128 jobs in between is
+# the cost per job, with start-up and cold caches cancelled out.
+
+set -euo pipefail
+
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+JOBS=${JOBS:-200000}
+SYSTEMS=${*:-silo bare}
+RUN_AS=postgres
+
+if ! command -v valgrind >/dev/null 2>&1; then
+	DEBIAN_FRONTEND=noninteractive apt-get -q -y install valgrind >/dev/null
+fi
+
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u "$RUN_AS" -- "$@"; else "$@"; fi; }
+
+DIR=$(mktemp -d /tmp/silo-instr.XXXXXX)
+chmod 755 "$DIR"
+[ "$(id -u)" = 0 ] && chown "$RUN_AS" "$DIR"
+PID=
+cleanup()
+{
+	if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; fi
+	if [ "${KEEP:-}" = 1 ]; then echo "kept $DIR"; else rm -rf "$DIR"; fi
+}
+trap cleanup EXIT
+
+# The filled template: silo with JOBS due jobs of one group, and the bare
+# queue's table with JOBS rows; vacuumed, analyzed and checkpointed.
+as_pg "$PGBIN/initdb" -D "$DIR/tmpl" -A trust >/dev/null
+cat >>"$DIR/tmpl/postgresql.conf" <<EOF
+listen_addresses = ''
+unix_socket_directories = '$DIR'
+shared_preload_libraries = 'pg_cron,silo'
+cron.database_name = 'postgres'
+silo.database = 'postgres'
+autovacuum = off
+EOF
+as_pg "$PGBIN/pg_ctl" -D "$DIR/tmpl" -l "$DIR/tmpl.log" -w start >/dev/null
+PID=$(head -1 "$DIR/tmpl/postmaster.pid")
+psql_() { as_pg "$PGBIN/psql" -h "$DIR" -d postgres -qAtX -v ON_ERROR_STOP=1 "$@"; }
+psql_ -c "CREATE EXTENSION silo CASCADE" 2>/dev/null
+psql_ -c "CREATE TABLE bench_bare (id bigserial PRIMARY KEY, payload jsonb NOT NULL,
+                                   run_at timestamptz NOT NULL DEFAULT now())"
+for ((lo = 1; lo <= JOBS; lo += 1000)); do
+	echo "SELECT count(*) FROM silo.enqueue_many((SELECT jsonb_agg(jsonb_build_object("
+	echo "  'task_group', 'bench', 'payload', jsonb_build_object('i', g)))"
+	echo "  FROM generate_series($lo, LEAST($lo + 999, $JOBS)) g));"
+done | psql_ >/dev/null
+psql_ -c "INSERT INTO bench_bare (payload) SELECT jsonb_build_object('i', g)
+          FROM generate_series(1, $JOBS) g"
+psql_ -c "VACUUM ANALYZE" -c "CHECKPOINT"
+as_pg "$PGBIN/pg_ctl" -D "$DIR/tmpl" -w stop >/dev/null
+PID=
+
+# count SYSTEM N: total instructions of N statements in a fresh copy.
+count()
+{
+	local system=$1 n=$2 stmt i
+	case $system in
+		silo) stmt="SELECT count(*) FROM silo.complete_many((SELECT array_agg(task_id) FROM silo.lease('w', 'bench', 128)), 'w');" ;;
+		bare) stmt="BEGIN; DELETE FROM bench_bare WHERE id = ANY(ARRAY(SELECT id FROM bench_bare WHERE run_at <= now() ORDER BY id LIMIT 128 FOR UPDATE SKIP LOCKED)); COMMIT;" ;;
+		*) echo "unknown system $system" >&2; exit 2 ;;
+	esac
+	rm -rf "$DIR/run"
+	cp -a "$DIR/tmpl" "$DIR/run"
+	for ((i = 0; i < n; i++)); do echo "$stmt"; done >"$DIR/stmts.sql"
+	as_pg valgrind --tool=callgrind --callgrind-out-file="$DIR/callgrind.out.$system.$n" \
+		"$PGBIN/postgres" --single -D "$DIR/run" postgres <"$DIR/stmts.sql" \
+		>"$DIR/out.$system.$n" 2>"$DIR/valgrind.$system.$n"
+	grep -E '^(summary|totals):' "$DIR/callgrind.out.$system.$n" | head -1 | awk '{print $2}'
+}
+
+for s in $SYSTEMS; do
+	a=$(count "$s" 10)
+	b=$(count "$s" 30)
+	printf '%s: %d instructions per job\n' "$s" $(((b - a) / 2560))
+done
