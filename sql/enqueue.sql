@@ -332,5 +332,7 @@ SELECT * FROM silo.enqueue_many(NULL);
 -- none of the failed enqueue_many calls wrote anything
 SELECT count(*) AS jobs FROM silo.job_info;
 
--- 0x03 agrees with every status row the file left behind
+-- 0x03 agrees with every status row the file left behind, and the views
+-- that read it with silo.jobs
 SELECT test_helpers.status_index_mismatches();
+SELECT test_helpers.views_disagree();

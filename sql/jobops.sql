@@ -292,5 +292,7 @@ SELECT * FROM silo.job_result('res-tenant');
 SELECT call, test_helpers.sqlstate_of('SELECT * FROM silo.job_result(' || call || ')') AS result
   FROM (VALUES ('NULL'), ('''x'', NULL')) v(call);
 
--- 0x03 agrees with every status row the file left behind
+-- 0x03 agrees with every status row the file left behind, and the views
+-- that read it with silo.jobs
 SELECT test_helpers.status_index_mismatches();
+SELECT test_helpers.views_disagree();

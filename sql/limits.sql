@@ -998,6 +998,7 @@ SELECT * FROM pg_temp.invariants();
 SELECT * FROM pg_temp.invariants();
 -- 0x03 agrees with every status row the limits left behind
 SELECT test_helpers.status_index_mismatches();
+SELECT test_helpers.views_disagree();
 SELECT pg_temp.reset_all();
 RESET silo.clock_offset_ms;
 SELECT pg_temp.counts();

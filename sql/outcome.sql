@@ -348,5 +348,7 @@ ROLLBACK;
 SELECT silo.complete(:'rc_task', 'w1');
 SELECT status FROM silo.jobs WHERE id = 'rc-1';
 
--- 0x03 agrees with every status row the file left behind
+-- 0x03 agrees with every status row the file left behind, and the views
+-- that read it with silo.jobs
 SELECT test_helpers.status_index_mismatches();
+SELECT test_helpers.views_disagree();

@@ -114,6 +114,41 @@ LANGUAGE sql AS $$
 	 WHERE s.id IS NULL OR x.id IS NULL;
 $$;
 
+-- views_disagree(): rows on which silo.jobs disagrees with silo.live_jobs
+-- (pending jobs) or silo.finished_jobs (terminal ones): the views read
+-- different tables (1.5) and must still say the same about every job
+CREATE FUNCTION test_helpers.views_disagree() RETURNS bigint
+LANGUAGE sql AS $$
+	WITH j AS (SELECT tenant, id, task_group, status, priority, enqueued_at, status_changed_at,
+					  current_attempt, next_attempt_at, payload::text, metadata::text, cancelled_at,
+					  status IN ('Succeeded', 'Failed', 'Cancelled') AS terminal
+				 FROM silo.jobs),
+		 l AS (SELECT tenant, id, task_group, status, priority, enqueued_at, status_changed_at,
+					  current_attempt, next_attempt_at, payload::text, metadata::text, cancelled_at
+				 FROM silo.live_jobs),
+		 f AS (SELECT tenant, id, task_group, status, priority, enqueued_at, finished_at,
+					  NULL::integer, NULL::timestamptz, payload::text, metadata::text, cancelled_at
+				 FROM silo.finished_jobs)
+	SELECT count(*) FROM (
+		(SELECT tenant, id, task_group, status, priority, enqueued_at, status_changed_at,
+				current_attempt, next_attempt_at, payload, metadata, cancelled_at
+		   FROM j WHERE NOT terminal EXCEPT ALL SELECT * FROM l)
+		UNION ALL
+		(SELECT * FROM l EXCEPT ALL
+		 SELECT tenant, id, task_group, status, priority, enqueued_at, status_changed_at,
+				current_attempt, next_attempt_at, payload, metadata, cancelled_at
+		   FROM j WHERE NOT terminal)
+		UNION ALL
+		(SELECT tenant, id, task_group, status, priority, enqueued_at, status_changed_at,
+				current_attempt, next_attempt_at, payload, metadata, cancelled_at
+		   FROM j WHERE terminal EXCEPT ALL SELECT * FROM f)
+		UNION ALL
+		(SELECT * FROM f EXCEPT ALL
+		 SELECT tenant, id, task_group, status, priority, enqueued_at, status_changed_at,
+				current_attempt, next_attempt_at, payload, metadata, cancelled_at
+		   FROM j WHERE terminal)) d;
+$$;
+
 -- the helpers work
 SELECT test_helpers.sqlstate_of('SELECT 1/0') AS division,
 	   test_helpers.sqlstate_of('SELECT 1') AS fine,

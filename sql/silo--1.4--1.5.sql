@@ -61,38 +61,41 @@ REVOKE ALL ON silo.job_status_index FROM PUBLIC;
 GRANT SELECT ON silo.job_status_index TO silo_admin;
 
 /*
- * The views read 0x03 joined to job_status on all four columns, so that
- * either side can lead: 0x03 for "tenant X in status S, newest first",
- * job_status's primary key for "job X of tenant T".
+ * The views.  silo.jobs is now a plain join over job_status, read by its
+ * primary key: a job by id, and jobs joined by id (from job_metadata, say),
+ * which the planner can probe row by row.  The live status of a pending job
+ * is derived as before.  Until 1.4 it was a UNION ALL of terminal and
+ * pending status rows, so that a filter on a status reached an index on
+ * job_status; that index is gone (HOT updates), and the UNION ALL, whose
+ * second branch reads the clock, could not be probed by key from a join:
+ * such a join read every status row of the tenant.  Lists of a tenant's
+ * jobs in one status come from 0x03: silo.finished_jobs for history, newest
+ * first, joining the status row by (tenant, id) only.  (Joined on all four
+ * columns, the planner would take them for independent, expect almost no
+ * rows, and sort a tenant's whole status range to find the newest 50
+ * instead of reading the index backwards.)  docs/storage.md, "Query plans
+ * at 1M jobs".
  */
 CREATE OR REPLACE VIEW silo.jobs AS
-SELECT x.tenant, x.id, i.task_group, x.status, i.priority::integer AS priority,
-	   i.enqueued_at, x.status_changed_at, x.current_attempt, x.next_attempt_at,
+SELECT s.tenant, s.id, i.task_group,
+	   CASE WHEN s.status <> 'Pending' THEN s.status
+			WHEN EXISTS (SELECT 1 FROM silo.task_lease l WHERE l.task_id = s.task_id)
+				THEN 'Running'
+			WHEN s.next_attempt_at > silo.now()
+				THEN CASE WHEN s.relative_attempt > 1 THEN 'Retrying' ELSE 'Scheduled' END
+			ELSE 'Waiting' END COLLATE "C" AS status,
+	   i.priority::integer AS priority, i.enqueued_at,
+	   CASE WHEN s.status <> 'Pending' THEN s.changed_at
+			ELSE coalesce((SELECT l.started_at FROM silo.task_lease l WHERE l.task_id = s.task_id),
+						  s.changed_at) END AS status_changed_at,
+	   CASE WHEN s.status = 'Pending' THEN s.attempt END AS current_attempt,
+	   CASE WHEN s.status = 'Pending'
+				 AND NOT EXISTS (SELECT 1 FROM silo.task_lease l WHERE l.task_id = s.task_id)
+				THEN s.next_attempt_at END AS next_attempt_at,
 	   i.payload, i.metadata, c.cancelled_at
-  FROM (SELECT x.tenant, x.id, x.status, x.changed_at AS status_changed_at,
-			   NULL::integer AS current_attempt, NULL::timestamptz AS next_attempt_at
-		  FROM silo.job_status_index x
-		  JOIN silo.job_status s ON s.tenant = x.tenant AND s.id = x.id
-							   AND s.status = x.status AND s.changed_at = x.changed_at
-		 WHERE x.status <> 'Pending'
-		UNION ALL
-		SELECT s.tenant, s.id,
-			   CASE WHEN EXISTS (SELECT 1 FROM silo.task_lease l WHERE l.task_id = s.task_id)
-						THEN 'Running'
-					WHEN s.next_attempt_at > silo.now()
-						THEN CASE WHEN s.relative_attempt > 1 THEN 'Retrying' ELSE 'Scheduled' END
-					ELSE 'Waiting' END,
-			   coalesce((SELECT l.started_at FROM silo.task_lease l WHERE l.task_id = s.task_id),
-						s.changed_at),
-			   s.attempt,
-			   CASE WHEN NOT EXISTS (SELECT 1 FROM silo.task_lease l WHERE l.task_id = s.task_id)
-						THEN s.next_attempt_at END
-		  FROM silo.job_status_index x
-		  JOIN silo.job_status s ON s.tenant = x.tenant AND s.id = x.id
-							   AND s.status = x.status AND s.changed_at = x.changed_at
-		 WHERE x.status = 'Pending') x
-  JOIN silo.job_info i ON i.tenant = x.tenant AND i.id = x.id
-  LEFT JOIN silo.job_cancellation c ON c.tenant = x.tenant AND c.job_id = x.id;
+  FROM silo.job_status s
+  JOIN silo.job_info i ON i.tenant = s.tenant AND i.id = s.id
+  LEFT JOIN silo.job_cancellation c ON c.tenant = s.tenant AND c.job_id = s.id;
 
 CREATE OR REPLACE VIEW silo.finished_jobs AS
 SELECT x.tenant, x.id, i.task_group, x.status, i.priority::integer AS priority,
@@ -100,7 +103,36 @@ SELECT x.tenant, x.id, i.task_group, x.status, i.priority::integer AS priority,
 	   i.payload, i.metadata, c.cancelled_at
   FROM silo.job_status_index x
   JOIN silo.job_status s ON s.tenant = x.tenant AND s.id = x.id
-					   AND s.status = x.status AND s.changed_at = x.changed_at
   JOIN silo.job_info i ON i.tenant = x.tenant AND i.id = x.id
   LEFT JOIN silo.job_cancellation c ON c.tenant = x.tenant AND c.job_id = x.id
  WHERE x.status <> 'Pending';
+
+/*
+ * silo.live_jobs: a tenant's pending jobs (Waiting, Scheduled, Retrying,
+ * Running) from 0x03's 'Pending' range, with silo.jobs' columns.  silo.jobs
+ * finds them too, but by reading every status row of the tenant.  The join
+ * is on all four columns, so a job can also be found by id here.
+ */
+CREATE VIEW silo.live_jobs AS
+SELECT s.tenant, s.id, i.task_group,
+	   CASE WHEN EXISTS (SELECT 1 FROM silo.task_lease l WHERE l.task_id = s.task_id)
+				THEN 'Running'
+			WHEN s.next_attempt_at > silo.now()
+				THEN CASE WHEN s.relative_attempt > 1 THEN 'Retrying' ELSE 'Scheduled' END
+			ELSE 'Waiting' END COLLATE "C" AS status,
+	   i.priority::integer AS priority, i.enqueued_at,
+	   coalesce((SELECT l.started_at FROM silo.task_lease l WHERE l.task_id = s.task_id),
+				s.changed_at) AS status_changed_at,
+	   s.attempt AS current_attempt,
+	   CASE WHEN NOT EXISTS (SELECT 1 FROM silo.task_lease l WHERE l.task_id = s.task_id)
+				THEN s.next_attempt_at END AS next_attempt_at,
+	   i.payload, i.metadata, c.cancelled_at
+  FROM silo.job_status_index x
+  JOIN silo.job_status s ON s.tenant = x.tenant AND s.id = x.id
+					   AND s.status = x.status AND s.changed_at = x.changed_at
+  JOIN silo.job_info i ON i.tenant = s.tenant AND i.id = s.id
+  LEFT JOIN silo.job_cancellation c ON c.tenant = s.tenant AND c.job_id = s.id
+ WHERE x.status = 'Pending';
+
+REVOKE ALL ON silo.live_jobs FROM PUBLIC;
+GRANT SELECT ON silo.live_jobs TO silo_producer, silo_admin;

@@ -105,5 +105,7 @@ SELECT attempt, status, error_code, error_data->>'worker_id' AS crashed_worker
   FROM silo.attempts WHERE job_id = 'sw-retry' ORDER BY attempt;
 RESET silo.clock_offset_ms;
 
--- 0x03 agrees with every status row the file left behind
+-- 0x03 agrees with every status row the file left behind, and the views
+-- that read it with silo.jobs
 SELECT test_helpers.status_index_mismatches();
+SELECT test_helpers.views_disagree();

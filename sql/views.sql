@@ -161,5 +161,7 @@ SELECT j.id, j.metadata FROM silo.jobs j
 				WHERE m.tenant = j.tenant AND m.key = 'customer' AND m.value = 'c1' AND m.job_id = j.id)
  ORDER BY j.id;
 
--- 0x03 agrees with every status row the file left behind
+-- 0x03 agrees with every status row the file left behind, and the views
+-- that read it with silo.jobs
 SELECT test_helpers.status_index_mismatches();
+SELECT test_helpers.views_disagree();
