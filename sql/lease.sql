@@ -156,9 +156,22 @@ BEGIN ISOLATION LEVEL SERIALIZABLE;
 SELECT job_id FROM silo.lease('w1', 'lrr');
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
-BEGIN ISOLATION LEVEL READ COMMITTED;
+-- nor in a read-only transaction (25006), where it leases nothing; then
+-- the same task is leased as usual, and complete_many refuses likewise
+-- (an empty batch, which writes nothing, is fine)
+BEGIN READ ONLY;
 SELECT job_id FROM silo.lease('w1', 'lrr');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN ISOLATION LEVEL READ COMMITTED;
+SELECT task_id AS rr_task FROM silo.lease('w1', 'lrr') \gset
 COMMIT;
+BEGIN READ ONLY;
+SELECT count(*) AS nothing_to_do FROM silo.complete_many(NULL, 'w1');
+SELECT * FROM silo.complete_many(ARRAY[:'rr_task']::uuid[], 'w1');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT count(*) AS completed FROM silo.complete_many(ARRAY[:'rr_task']::uuid[], 'w1');
 
 -- lease marks (src/leasemark.c): a lease starts past the tasks earlier
 -- leases of its group took; a task enqueued ahead of them, by a higher

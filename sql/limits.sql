@@ -819,7 +819,9 @@ SELECT id, status, place FROM pg_temp.state WHERE tenant = 'rl' ORDER BY id;
 SELECT name, unique_key, algorithm, "limit", duration_ms, level
   FROM silo.rate_limit_bucket WHERE tenant = 'rl';
 SELECT b.job_id, b.task_group, b.attempt, b.limit_index, b.limit_type, b.key, b.holders, b.max_concurrency,
-	   b.next_check_at = r.reset_at AS check_at_refill, c.rate_checks
+	   -- the re-check is at the refill, rounded up to the millisecond
+	   b.next_check_at >= r.reset_at AND b.next_check_at < r.reset_at + interval '1 ms'
+		   AS check_at_refill, c.rate_checks
   FROM silo.blocked_jobs b
   JOIN silo.rate_limit_bucket r ON r.tenant = b.tenant
   JOIN silo.chain_task c ON c.tenant = b.tenant AND c.job_id = b.job_id
@@ -924,7 +926,8 @@ SELECT silo.enqueue('lk', tenant => 'lk', id => 'l' || i,
   FROM generate_series(1, 3) i;
 SELECT id, status, place FROM pg_temp.state WHERE tenant = 'lk' ORDER BY id;
 SELECT algorithm, round(level::numeric, 2) AS level, c.rate_checks,
-	   c.run_at - b.updated_at BETWEEN interval '19 seconds' AND interval '20 seconds' AS recheck_in_20s
+	   -- (rounded up to the millisecond)
+	   c.run_at - b.updated_at BETWEEN interval '19 seconds' AND interval '20.001 seconds' AS recheck_in_20s
   FROM silo.rate_limit_bucket b, silo.chain_task c WHERE b.tenant = 'lk' AND c.tenant = 'lk';
 SELECT :off + 8000 AS off \gset
 SET silo.clock_offset_ms = :off;

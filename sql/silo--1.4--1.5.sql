@@ -4,6 +4,29 @@
 \echo Use "ALTER EXTENSION silo UPDATE TO '1.5'" to load this file. \quit
 
 /*
+ * The 1.5 library moves a job's 0x03 row with every status change; an
+ * older library still loaded in this server (installed, not restarted)
+ * would change statuses without it.  It has no silo.library_version.
+ */
+DO $$
+BEGIN
+	IF current_setting('silo.library_version', true) IS NULL THEN
+		RAISE EXCEPTION 'the silo library loaded in this server is older than 1.5'
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = 'PostgreSQL keeps using the library it loaded at start, and the 1.4 library does not keep the new status index.',
+				  HINT = 'Restart PostgreSQL after installing silo 1.5, then run ALTER EXTENSION silo UPDATE.';
+	END IF;
+END
+$$;
+
+/*
+ * No status row may change while 0x03 is filled from them: an enqueue
+ * that committed after the copy's snapshot would have no 0x03 row.  The
+ * indexes dropped below need this lock anyway.
+ */
+LOCK TABLE silo.job_status IN ACCESS EXCLUSIVE MODE;
+
+/*
  * 0x03, the status/time index, becomes the table Silo's layout has:
  * (tenant, status, changed_at, id), one row per job, the status and time
  * of its job_status row.  Until now it was an index on job_status, and so

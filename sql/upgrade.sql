@@ -10,6 +10,9 @@
 SELECT version, installed FROM pg_available_extension_versions
  WHERE name = 'silo' ORDER BY version;
 
+-- the library this server runs says its version (the 1.5 update checks it)
+SHOW silo.library_version;
+
 -- the installed version is the default, so UPDATE is a no-op
 SELECT extversion FROM pg_extension WHERE extname = 'silo';
 ALTER EXTENSION silo UPDATE;

@@ -6,10 +6,12 @@
  *
  * silo.complete costs a function call, two statements and their executor
  * start-up per task.  complete_many does the same transition for every
- * task of a batch in one statement: the lease rows are deleted (the
- * delete is the lock, as for a single report), the attempt rows inserted
- * and the job_status rows ended, set-wise.  Jobs with limits then free
- * their slots, in the same transaction, also set-wise
+ * task of a batch in one call, with no SQL (direct.c): per task the lease
+ * row is deleted (the delete is the lock, as for a single report), the
+ * attempt row inserted, the job_status row ended (a HOT update) and the
+ * job's 0x03 row moved (statusindex.c), each row found by the hint the
+ * row before it carries, else by its key.  Jobs with limits then free
+ * their slots, in the same transaction, set-wise
  * (silo_limits_release_many: one statement for the batch's holder rows,
  * one for which keys have waiters; only those are granted).
  *
@@ -24,6 +26,7 @@
 
 #include "catalog/pg_type.h"
 #include "funcapi.h"
+#include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -310,6 +313,10 @@ silo_complete_many(PG_FUNCTION_ARGS)
 	if (ntasks == 0)
 		return (Datum) 0;
 
+	/* the rows are written directly, not by statements that would check */
+	PreventCommandIfReadOnly("silo.complete_many");
+	PreventCommandIfParallelMode("silo.complete_many");
+
 	/* task ids in input order, and the order to take them in */
 	deconstruct_array(task_ids, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR, &ids, NULL, &ntasks);
 	order = palloc(sizeof(int) * ntasks);
@@ -335,6 +342,9 @@ silo_complete_many(PG_FUNCTION_ARGS)
 	status = silo_table_open(d, "job_status", batch_status_cols, BS_NCOLS, NULL,
 							 SILO_TABLE_WRITE);
 	idx = silo_status_index_open(d);
+	/* the new attempt and 0x03 rows are written page by page at the end */
+	silo_table_batch(attempt);
+	silo_table_batch(idx);
 
 	for (i = 0; i < ntasks; i++)
 	{

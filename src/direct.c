@@ -52,6 +52,7 @@
 #include "utils/syscache.h"
 
 #define DIRECT_MAX_TABLES	8
+#define DIRECT_BATCH_ROWS	32		/* rows a batched table holds at most */
 
 struct SiloTable
 {
@@ -67,9 +68,15 @@ struct SiloTable
 	IndexFetchTableData *fetch; /* for fetches by TID */
 	BlockNumber nblocks;		/* the table's size when last looked at */
 	TupleTableSlot *row;		/* the row last fetched or scanned */
-	TupleTableSlot *out;		/* virtual: the row to insert or update to */
+	TupleTableSlot *out;		/* the row to insert or update to */
+	Datum	   *values;			/* the table's columns, to form it from */
+	bool	   *isnull;
 	int			ncols;
 	AttrNumber *attnum;			/* the caller's column i is attnum[i] */
+	bool		batched;		/* inserts wait for silo_table_flush */
+	TupleTableSlot **pending;	/* the rows waiting, npending of them */
+	int			npending;
+	int			maxpending;
 };
 
 struct SiloDirect
@@ -116,7 +123,8 @@ silo_direct_snapshot(SiloDirect *d)
  * transaction committed until now: after a row was found changed by a
  * transaction that committed since the current snapshot was taken (what
  * EvalPlanQual does for a SQL statement), or to check what a lease left
- * behind.  Open scans are ended; the next fetch begins them again.
+ * behind.  Rows batched inserts hold are written first, so that it sees
+ * them too.  Open scans are ended; the next fetch begins them again.
  */
 void
 silo_direct_new_snapshot(SiloDirect *d)
@@ -127,6 +135,7 @@ silo_direct_new_snapshot(SiloDirect *d)
 	{
 		SiloTable  *t = d->tables[i];
 
+		silo_table_flush(t);
 		if (t->scan != NULL)
 		{
 			index_endscan(t->scan);
@@ -234,25 +243,33 @@ silo_table_open(SiloDirect *d, const char *relname, const char *const *cols, int
 
 	t->nblocks = InvalidBlockNumber;
 	t->row = table_slot_create(t->rel, NULL);
-	t->out = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);
+	t->out = MakeSingleTupleTableSlot(desc, &TTSOpsHeapTuple);
+	t->values = palloc(sizeof(Datum) * desc->natts);
+	t->isnull = palloc(sizeof(bool) * desc->natts);
 	d->tables[d->ntables++] = t;
 	return t;
 }
 
 /*
- * silo_direct_end: close every table (keeping their locks to the end of
- * the transaction, as a statement would), drop the snapshot, and end the
- * command so that what follows in the transaction sees the writes.
+ * silo_direct_end: write the rows batched inserts still hold, close every
+ * table (keeping their locks to the end of the transaction, as a statement
+ * would), drop the snapshot, and end the command so that what follows in
+ * the transaction sees the writes.
  */
 void
 silo_direct_end(SiloDirect *d)
 {
 	int			i;
 
+	for (i = 0; i < d->ntables; i++)
+		silo_table_flush(d->tables[i]);
 	for (i = d->ntables - 1; i >= 0; i--)
 	{
 		SiloTable  *t = d->tables[i];
+		int			j;
 
+		for (j = 0; j < t->maxpending; j++)
+			ExecDropSingleTupleTableSlot(t->pending[j]);
 		if (t->scan != NULL)
 			index_endscan(t->scan);
 		if (t->fetch != NULL)
@@ -379,17 +396,20 @@ silo_table_tid(SiloTable *t)
 }
 
 /*
- * direct_index: insert the index entries of the row just written to
- * out, if the table has indexes that need them.
+ * direct_index: insert the index entries of the row in slot (just written
+ * to the table), if the table has indexes that need them.  update says
+ * the row is a new version whose keys did not change (an update that could
+ * not be HOT), which lets the B-tree clear out old versions instead of
+ * splitting a page.
  */
 static void
-direct_index(SiloTable *t)
+direct_index(SiloTable *t, TupleTableSlot *slot, bool update)
 {
 	EState	   *estate = t->d->estate;
 
 	if (t->rri->ri_NumIndices > 0)
 	{
-		List	   *recheck = ExecInsertIndexTuples(t->rri, t->out, estate, false, false,
+		List	   *recheck = ExecInsertIndexTuples(t->rri, slot, estate, update, false,
 													NULL, NIL);
 
 		list_free(recheck);
@@ -398,26 +418,88 @@ direct_index(SiloTable *t)
 }
 
 /*
+ * direct_form: store in slot the row of the table's columns whose
+ * values t->values / t->isnull hold, formed once as a heap tuple (what
+ * the heap stores; a virtual slot would be copied twice on the way).
+ */
+static void
+direct_form(SiloTable *t, TupleTableSlot *slot)
+{
+	HeapTuple	tuple = heap_form_tuple(RelationGetDescr(t->rel), t->values, t->isnull);
+
+	ExecStoreHeapTuple(tuple, slot, true);
+}
+
+/*
+ * silo_table_batch: from now on, rows inserted into t are kept, up to
+ * DIRECT_BATCH_ROWS of them, until silo_table_flush (or silo_direct_end)
+ * writes them at once, with one WAL record and one buffer lock per page
+ * they fill, as COPY writes: for rows no one reads before the work ends.
+ */
+void
+silo_table_batch(SiloTable *t)
+{
+	Assert(t->rri != NULL);
+	t->batched = true;
+}
+
+/*
+ * silo_table_flush: write the rows a batched table holds, then their
+ * index entries.
+ */
+void
+silo_table_flush(SiloTable *t)
+{
+	int			i;
+
+	if (t->npending == 0)
+		return;
+	table_multi_insert(t->rel, t->pending, t->npending, t->d->cid, 0, NULL);
+	for (i = 0; i < t->npending; i++)
+	{
+		direct_index(t, t->pending[i], false);
+		ExecClearTuple(t->pending[i]);
+	}
+	t->npending = 0;
+}
+
+/*
  * silo_table_insert: insert a row; values and nulls are in the order of
- * the columns the table was opened with.
+ * the columns the table was opened with.  A batched table keeps it for
+ * silo_table_flush.
  */
 void
 silo_table_insert(SiloTable *t, const Datum *values, const bool *nulls)
 {
-	TupleTableSlot *out = t->out;
+	int			natts = RelationGetDescr(t->rel)->natts;
+	TupleTableSlot *slot;
 	int			i;
 
 	Assert(t->rri != NULL);
-	ExecClearTuple(out);
-	memset(out->tts_isnull, true, sizeof(bool) * out->tts_tupleDescriptor->natts);
+	memset(t->isnull, true, sizeof(bool) * natts);
 	for (i = 0; i < t->ncols; i++)
 	{
-		out->tts_values[t->attnum[i] - 1] = values[i];
-		out->tts_isnull[t->attnum[i] - 1] = nulls != NULL && nulls[i];
+		t->values[t->attnum[i] - 1] = values[i];
+		t->isnull[t->attnum[i] - 1] = nulls != NULL && nulls[i];
 	}
-	ExecStoreVirtualTuple(out);
-	table_tuple_insert(t->rel, out, t->d->cid, 0, NULL);
-	direct_index(t);
+	if (!t->batched)
+	{
+		direct_form(t, t->out);
+		table_tuple_insert(t->rel, t->out, t->d->cid, 0, NULL);
+		direct_index(t, t->out, false);
+		return;
+	}
+	if (t->npending == DIRECT_BATCH_ROWS)
+		silo_table_flush(t);
+	if (t->npending == t->maxpending)
+	{
+		if (t->pending == NULL)
+			t->pending = palloc(sizeof(TupleTableSlot *) * DIRECT_BATCH_ROWS);
+		t->pending[t->maxpending++] = MakeSingleTupleTableSlot(RelationGetDescr(t->rel),
+															   &TTSOpsHeapTuple);
+	}
+	slot = t->pending[t->npending++];
+	direct_form(t, slot);
 }
 
 /*
@@ -467,13 +549,13 @@ silo_table_delete_skip_locked(SiloTable *t)
  * silo_table_update: replace the current row by itself with n columns
  * changed (cols[i] set to values[i], or NULL); results as for
  * silo_table_delete.  Index entries are written only when the update is
- * not HOT.
+ * not HOT.  No caller changes a column of an index key (the hint given to
+ * the B-tree for a non-HOT update says so).
  */
 TM_Result
 silo_table_update(SiloTable *t, int n, const int *cols, const Datum *values, const bool *nulls)
 {
-	TupleTableSlot *out = t->out;
-	TupleDesc	desc = out->tts_tupleDescriptor;
+	int			natts = RelationGetDescr(t->rel)->natts;
 	TM_FailureData tmfd;
 	LockTupleMode lockmode;
 	bool		update_indexes;
@@ -482,19 +564,18 @@ silo_table_update(SiloTable *t, int n, const int *cols, const Datum *values, con
 
 	Assert(t->rri != NULL);
 	slot_getallattrs(t->row);
-	ExecClearTuple(out);
-	memcpy(out->tts_values, t->row->tts_values, sizeof(Datum) * desc->natts);
-	memcpy(out->tts_isnull, t->row->tts_isnull, sizeof(bool) * desc->natts);
+	memcpy(t->values, t->row->tts_values, sizeof(Datum) * natts);
+	memcpy(t->isnull, t->row->tts_isnull, sizeof(bool) * natts);
 	for (i = 0; i < n; i++)
 	{
-		out->tts_values[t->attnum[cols[i]] - 1] = values[i];
-		out->tts_isnull[t->attnum[cols[i]] - 1] = nulls != NULL && nulls[i];
+		t->values[t->attnum[cols[i]] - 1] = values[i];
+		t->isnull[t->attnum[cols[i]] - 1] = nulls != NULL && nulls[i];
 	}
-	ExecStoreVirtualTuple(out);
-	res = table_tuple_update(t->rel, &t->row->tts_tid, out, t->d->cid, t->d->snapshot,
+	direct_form(t, t->out);
+	res = table_tuple_update(t->rel, &t->row->tts_tid, t->out, t->d->cid, t->d->snapshot,
 							 InvalidSnapshot, true, &tmfd, &lockmode, &update_indexes);
 	if (res == TM_Ok && update_indexes)
-		direct_index(t);
+		direct_index(t, t->out, true);
 	return res;
 }
 
@@ -548,9 +629,18 @@ silo_table_fetch_hinted(SiloTable *t, Datum hint, bool hint_null, int nkeys,
 
 			if (isnull)
 				break;
-			if (type == TEXTOID ? !silo_text_datums_equal(v, keys[i])
-				: DatumGetInt64(v) != DatumGetInt64(keys[i]))
-				break;
+			if (type == TEXTOID)
+			{
+				if (!silo_text_datums_equal(v, keys[i]))
+					break;
+			}
+			else if (type == TIMESTAMPTZOID)
+			{
+				if (DatumGetTimestampTz(v) != DatumGetTimestampTz(keys[i]))
+					break;
+			}
+			else
+				elog(ERROR, "silo: hinted key column of type %u", type);
 		}
 		if (i == nkeys)
 			return true;

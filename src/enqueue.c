@@ -20,6 +20,7 @@
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgrprotos.h"
@@ -88,7 +89,18 @@ enqueue_parse_on_conflict(const char *value)
 static bool
 enqueue_has_status_index(void)
 {
-	return OidIsValid(get_relname_relid("job_status_index", get_namespace_oid("silo", false)));
+	Oid			nsp = get_namespace_oid("silo", false);
+	Oid			status_relid = get_relname_relid("job_status", nsp);
+
+	/*
+	 * The lock the insert takes anyway, taken first: an update in progress
+	 * holds job_status exclusively until it commits, and once we have the
+	 * lock its catalog changes are seen, so the answer below holds for the
+	 * statement that follows.
+	 */
+	if (OidIsValid(status_relid))
+		LockRelationOid(status_relid, RowExclusiveLock);
+	return OidIsValid(get_relname_relid("job_status_index", nsp));
 }
 
 /*

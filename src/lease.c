@@ -3,12 +3,13 @@
  * lease.c
  *	  silo.lease and silo.heartbeat: the worker's side of taking work.
  *
- * Leasing moves tasks from silo.task to silo.task_lease in one statement:
- * the due tasks of the group are locked in ready order with
- * FOR UPDATE SKIP LOCKED (so a worker never waits on, or receives,
- * another worker's rows), deleted by ctid (a TID scan, never a join), and
- * their lease rows inserted.  The job_status row is not touched: a job is
- * Running exactly when its current task has a lease row.  The scan starts
+ * Leasing moves tasks from silo.task to silo.task_lease, with no SQL
+ * (direct.c): the group's due tasks are read from task_ready in ready
+ * order, each is deleted unless another transaction holds it (SKIP LOCKED:
+ * a worker never waits on, or receives, another worker's rows), its lease
+ * row inserted and its job's payload read through the row hint the task
+ * carries.  The job_status row is not touched: a job is Running exactly
+ * when its current task has a lease row.  The scan starts
  * at the group's lease mark (leasemark.c), past the tasks earlier leases
  * took, whose index entries a long-open snapshot keeps alive.  Ready refresh
  * tasks of floating limits in the group (floating.c) are handed out
@@ -23,6 +24,7 @@
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
@@ -204,6 +206,8 @@ lease_take(SiloDirect *d, ReturnSetInfo *rsinfo, const char *task_group, int32 m
 	Datum		run = CStringGetTextDatum("run");
 	int			n = 0;
 
+	/* the lease rows are written page by page when the work ends */
+	silo_table_batch(lease);
 	lease_ready_keys(keys, row, CStringGetTextDatum(task_group), start);
 	silo_table_scan_start(task, keys, 2);
 	while (n < max_tasks && silo_table_scan_next(task))
@@ -314,6 +318,9 @@ silo_lease(PG_FUNCTION_ARGS)
 	silo_check_range("lease_ms", lease_ms, SILO_MIN_LEASE_MS, SILO_MAX_LEASE_MS);
 
 	silo_require_read_committed("silo.lease");
+	/* the rows are written directly, not by statements that would check */
+	PreventCommandIfReadOnly("silo.lease");
+	PreventCommandIfParallelMode("silo.lease");
 
 	InitMaterializedSRF(fcinfo, 0);
 

@@ -19,6 +19,7 @@
 PG_MODULE_MAGIC;
 
 char	   *silo_database = NULL;
+static char *silo_library_version = NULL;
 int			silo_retention_s = 7 * 24 * 3600;
 bool		silo_broker_paused = false;
 int			silo_notify_coalesce_ms = 1;
@@ -120,6 +121,20 @@ silo_define_gucs(void)
 							PGC_SUSET,
 							GUC_UNIT_MS | GUC_SUPERUSER_ONLY,
 							NULL, NULL, NULL);
+
+	/*
+	 * Read-only: the version of the library this server runs (since 1.5),
+	 * which an upgrade script checks before changing what the library
+	 * reads and writes.
+	 */
+	DefineCustomStringVariable("silo.library_version",
+							   "Version of the silo library loaded in this server.",
+							   NULL,
+							   &silo_library_version,
+							   SILO_EXTENSION_VERSION,
+							   PGC_INTERNAL,
+							   GUC_NOT_IN_SAMPLE | GUC_DISALLOW_IN_FILE,
+							   NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("silo");
 }

@@ -233,6 +233,8 @@ extern bool silo_table_scan_next(SiloTable *t);
 extern Datum silo_table_get(SiloTable *t, int col, bool *isnull);
 extern ItemPointer silo_table_tid(SiloTable *t);
 extern void silo_table_insert(SiloTable *t, const Datum *values, const bool *nulls);
+extern void silo_table_batch(SiloTable *t);
+extern void silo_table_flush(SiloTable *t);
 extern TM_Result silo_table_delete(SiloTable *t);
 extern TM_Result silo_table_delete_skip_locked(SiloTable *t);
 extern TM_Result silo_table_update(SiloTable *t, int n, const int *cols,
