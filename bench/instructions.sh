@@ -8,6 +8,11 @@
 #
 #   bash bench/instructions.sh            # both systems
 #   bash bench/instructions.sh silo       # one
+#   bash bench/instructions.sh silo silo-k100k   # and silo with limits (below)
+#
+# silo-k100k is silo with one concurrency limit per job, its key one of
+# 100,000 (max 1), over LIMIT_JOBS (20000) jobs, as the benchmark's limits
+# workload.
 #
 # Environment: PGBIN (default /usr/lib/postgresql/15/bin), JOBS (200000),
 # KEEP=1 keeps the scratch directory (and its callgrind.out files, for
@@ -66,6 +71,17 @@ for ((lo = 1; lo <= JOBS; lo += 1000)); do
 done | psql_ >/dev/null
 psql_ -c "INSERT INTO bench_bare (payload) SELECT jsonb_build_object('i', g)
           FROM generate_series(1, $JOBS) g"
+if [[ " $SYSTEMS " == *" silo-k100k "* ]]; then
+	# the limits workload's k100k mode: a concurrency key out of 100,000,
+	# max 1, chosen at random (seeded), for LIMIT_JOBS jobs of their own group
+	psql_ -c "SELECT setseed(0.5)" \
+		-c "SELECT count(*) FROM silo.enqueue_many((SELECT jsonb_agg(jsonb_build_object(
+			  'task_group', 'limited', 'payload', jsonb_build_object('k', k),
+			  'limits', jsonb_build_array(jsonb_build_object('type', 'concurrency',
+			  'key', 'k' || k, 'maxConcurrency', 1))))
+			  FROM (SELECT floor(random() * 100000)::int AS k
+					  FROM generate_series(1, ${LIMIT_JOBS:-20000})) g))" >/dev/null
+fi
 psql_ -c "VACUUM ANALYZE" -c "CHECKPOINT"
 as_pg "$PGBIN/pg_ctl" -D "$DIR/tmpl" -w stop >/dev/null
 PID=
@@ -77,6 +93,7 @@ count()
 	case $system in
 		silo) stmt="SELECT count(*) FROM silo.complete_many((SELECT array_agg(task_id) FROM silo.lease('w', 'bench', 128)), 'w');" ;;
 		bare) stmt="BEGIN; DELETE FROM bench_bare WHERE id = ANY(ARRAY(SELECT id FROM bench_bare WHERE run_at <= now() ORDER BY id LIMIT 128 FOR UPDATE SKIP LOCKED)); COMMIT;" ;;
+		silo-k100k) stmt="SELECT count(*) FROM silo.complete_many((SELECT array_agg(task_id) FROM silo.lease('w', 'limited', 128)), 'w');" ;;
 		*) echo "unknown system $system" >&2; exit 2 ;;
 	esac
 	rm -rf "$DIR/run"

@@ -158,12 +158,20 @@ static bool
 batch_take_lease(SiloDirect *d, SiloTable *lease, Datum task_id, const char *worker_id,
 				 TimestampTz now)
 {
+	bool		first = true;
+
 	for (;;)
 	{
 		bool		isnull;
 
-		if (!silo_table_fetch(lease, 1, &task_id))
+		/*
+		 * The batch's ids come in ascending order: the first look walks
+		 * on from the previous task's entry; after a change, a fresh search.
+		 */
+		if (!(first ? silo_table_fetch_ascending(lease, task_id)
+			  : silo_table_fetch(lease, 1, &task_id)))
 			return false;
+		first = false;
 		if (!silo_text_datum_is(silo_table_get(lease, BL_WORKER_ID, &isnull), worker_id) ||
 			DatumGetTimestampTz(silo_table_get(lease, BL_EXPIRES_AT, &isnull)) <= now)
 			return false;

@@ -264,6 +264,7 @@ broker_chain_item(int i, void *arg, TimestampTz now)
 	SiloChainJob job;
 	bool		isnull;
 	int			at;
+	ItemPointerData status_tid;
 
 	values[0] = CStringGetTextDatum(SILO_CELL(l, i, 0));
 	values[1] = CStringGetTextDatum(SILO_CELL(l, i, 1));
@@ -271,11 +272,12 @@ broker_chain_item(int i, void *arg, TimestampTz now)
 	values[3] = TimestampTzGetDatum(now);
 	/* The job row first (every path locks it before keys), then the task. */
 	silo_exec(&job_plan,
-			  "SELECT 1 FROM silo.job_status WHERE tenant = $1 AND id = $2 AND status = 'Pending'"
+			  "SELECT ctid FROM silo.job_status WHERE tenant = $1 AND id = $2 AND status = 'Pending'"
 			  " AND attempt = $3 FOR UPDATE NOWAIT",
 			  4, types, values, NULL, false, 0);
 	if (SPI_processed != 1)
 		return false;
+	status_tid = *(ItemPointer) DatumGetPointer(silo_col(0, 1, &isnull));
 	silo_exec(&take_plan,
 			  "DELETE FROM silo.chain_task WHERE tenant = $1 AND job_id = $2 AND attempt = $3"
 			  " AND run_at <= $4"
@@ -298,6 +300,9 @@ broker_chain_item(int i, void *arg, TimestampTz now)
 	at = DatumGetInt16(silo_col(0, 7, &isnull));
 	job.rate_checks = silo_col_int32(0, 8);
 	job.holds = silo_holds_list(silo_col(0, 9, &isnull));
+	/* where its status row is: a hint for the task the walk may write */
+	job.status_tid = status_tid;
+	job.has_status_tid = true;
 	silo_chain_load_limits(&job);
 	silo_chain_resume(&job, at, SILO_CHAIN_BROKER, now);
 	return true;

@@ -289,7 +289,7 @@ silo_chain_load_limits(SiloChainJob *job)
 	 * Not read_only: that would reuse the statement's snapshot, taken before
 	 * a key-lock wait, and miss a job committed while we waited.
 	 */
-	silo_exec(&plan, "SELECT limits FROM silo.job_info WHERE tenant = $1 AND id = $2",
+	silo_exec(&plan, "SELECT limits, ctid FROM silo.job_info WHERE tenant = $1 AND id = $2",
 			  2, types, values, NULL, false, 1);
 	if (SPI_processed != 1)
 		ereport(ERROR,
@@ -297,6 +297,9 @@ silo_chain_load_limits(SiloChainJob *job)
 				 errmsg("job \"%s\" of tenant \"%s\" has no job_info row",
 						job->job_id, job->tenant)));
 	job->nlimits = silo_parse_limits(DatumGetJsonbP(silo_col(0, 1, &isnull)), &job->limits, NULL);
+	/* job_info rows are never updated: where it is stays a good hint */
+	ItemPointerCopy((ItemPointer) DatumGetPointer(silo_col(0, 2, &isnull)), &job->info_tid);
+	job->has_info_tid = true;
 }
 
 /*
@@ -307,11 +310,12 @@ static void
 chain_write_task(SiloChainJob *job)
 {
 	static SPIPlanPtr plan = NULL;
-	static const Oid types[10] = {
+	static SPIPlanPtr hinted_plan = NULL;
+	static const Oid types[12] = {
 		TEXTOID, TIMESTAMPTZOID, INT2OID, TEXTOID, TEXTOID, INT4OID, INT4OID,
-		UUIDOID, INT8OID, TEXTARRAYOID
+		UUIDOID, INT8OID, TEXTARRAYOID, TIDOID, TIDOID
 	};
-	Datum		values[10];
+	Datum		values[12];
 
 	values[0] = CStringGetTextDatum(job->task_group);
 	values[1] = TimestampTzGetDatum(job->start_at);
@@ -323,11 +327,32 @@ chain_write_task(SiloChainJob *job)
 	values[7] = job->task_id;
 	values[8] = Int64GetDatum(job->seq);
 	values[9] = silo_holds_datum(job->holds);
-	silo_exec(&plan,
-			  "INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
-			  "  relative_attempt, task_id, seq, due, holds)"
-			  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, true, $10)",
-			  10, types, values, NULL, false, 0);
+	if ((job->has_info_tid || job->has_status_tid) && silo_status_index_exists())
+	{
+		char		nulls[12];
+
+		/*
+		 * The task carries the row hints the walk knows (1.5), as the task
+		 * of a job without limits does: enqueue knows both, the broker's
+		 * walk of a parked job both, a grant the job_info one.
+		 */
+		memset(nulls, ' ', sizeof(nulls));
+		values[10] = PointerGetDatum(&job->info_tid);
+		values[11] = PointerGetDatum(&job->status_tid);
+		nulls[10] = job->has_info_tid ? ' ' : 'n';
+		nulls[11] = job->has_status_tid ? ' ' : 'n';
+		silo_exec(&hinted_plan,
+				  "INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
+				  "  relative_attempt, task_id, seq, due, holds, job_info_tid, job_status_tid)"
+				  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, true, $10, $11, $12)",
+				  12, types, values, nulls, false, 0);
+	}
+	else
+		silo_exec(&plan,
+				  "INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
+				  "  relative_attempt, task_id, seq, due, holds)"
+				  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, true, $10)",
+				  10, types, values, NULL, false, 0);
 	silo_notify_group(job->task_group);
 }
 

@@ -35,6 +35,7 @@
 
 #include "access/genam.h"
 #include "access/heapam.h"
+#include "access/nbtree.h"
 #include "access/relscan.h"
 #include "access/table.h"
 #include "access/tableam.h"
@@ -46,6 +47,7 @@
 #include "nodes/execnodes.h"
 #include "parser/parse_relation.h"
 #include "storage/bufmgr.h"
+#include "utils/datum.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -53,6 +55,8 @@
 
 #define DIRECT_MAX_TABLES	8
 #define DIRECT_BATCH_ROWS	32		/* rows a batched table holds at most */
+#define DIRECT_WALK_STEPS	8		/* rows silo_table_fetch_ascending walks
+									 * before it searches again */
 
 struct SiloTable
 {
@@ -65,6 +69,11 @@ struct SiloTable
 	IndexScanDesc scan;			/* reused across fetches; ended when the
 								 * snapshot changes */
 	Snapshot	scan_snapshot;
+	bool		walking;		/* silo_table_fetch_ascending: the scan
+								 * stands on a row whose first key column
+								 * is walk_key */
+	Datum		walk_key;
+	FmgrInfo	ge;				/* >= of the index's first key column */
 	IndexFetchTableData *fetch; /* for fetches by TID */
 	BlockNumber nblocks;		/* the table's size when last looked at */
 	TupleTableSlot *row;		/* the row last fetched or scanned */
@@ -136,6 +145,7 @@ silo_direct_new_snapshot(SiloDirect *d)
 		SiloTable  *t = d->tables[i];
 
 		silo_table_flush(t);
+		t->walking = false;
 		if (t->scan != NULL)
 		{
 			index_endscan(t->scan);
@@ -239,6 +249,15 @@ silo_table_open(SiloDirect *d, const char *relname, const char *const *cols, int
 			elog(ERROR, "silo: no equality operator for column %d of index %s", i + 1,
 				 RelationGetRelationName(t->index));
 		fmgr_info(get_opcode(op), &t->eq[i]);
+		if (i == 0)
+		{
+			op = get_opfamily_member(t->index->rd_opfamily[0], type, type,
+									 BTGreaterEqualStrategyNumber);
+			if (!OidIsValid(op))
+				elog(ERROR, "silo: no >= operator for column 1 of index %s",
+					 RelationGetRelationName(t->index));
+			fmgr_info(get_opcode(op), &t->ge);
+		}
 	}
 
 	t->nblocks = InvalidBlockNumber;
@@ -309,8 +328,10 @@ direct_scan(SiloTable *t, int nkeys)
 
 /*
  * silo_table_fetch: find the row whose first nkeys index columns equal
- * keys, as the current snapshot sees it.  The index is unique in every
- * use, so there is at most one.  The row is then the table's current row.
+ * keys, as the current snapshot sees it: the row, when all key columns
+ * are given (the indexes are unique), or the first of them in index order
+ * (a prefix: "does anyone wait on this key").  The row is then the
+ * table's current row.
  */
 bool
 silo_table_fetch(SiloTable *t, int nkeys, const Datum *keys)
@@ -326,7 +347,73 @@ silo_table_fetch(SiloTable *t, int nkeys, const Datum *keys)
 									   &t->eq[i], keys[i]);
 	scan = direct_scan(t, nkeys);
 	index_rescan(scan, skey, nkeys, NULL, 0);
+	t->walking = false;
 	return index_getnext_slot(scan, ForwardScanDirection, t->row);
+}
+
+/*
+ * direct_walk_key: remember the first key column of the current row.
+ */
+static void
+direct_walk_key(SiloTable *t)
+{
+	Form_pg_attribute att = TupleDescAttr(RelationGetDescr(t->rel),
+										  t->index->rd_index->indkey.values[0] - 1);
+	bool		isnull;
+	Datum		d = slot_getattr(t->row, att->attnum, &isnull);
+
+	t->walk_key = datumCopy(d, att->attbyval, att->attlen);
+	t->walking = true;
+}
+
+/*
+ * silo_table_fetch_ascending: silo_table_fetch of one key, on a table
+ * whose index has a single key column, for keys asked for in ascending
+ * order -- the sorted task ids of a batch.  The scan stays where the last
+ * key left it and walks forward to the next one, a step along the leaf
+ * instead of a descent from the root, as long as the keys lie close
+ * together in the index (the rows of one batch were made together); after
+ * DIRECT_WALK_STEPS rows it searches from the root again.
+ */
+bool
+silo_table_fetch_ascending(SiloTable *t, Datum key)
+{
+	FmgrInfo   *cmp = index_getprocinfo(t->index, 1, BTORDER_PROC);
+	Oid			coll = t->index->rd_indcollation[0];
+	ScanKeyData skey;
+	int			steps = 0;
+
+	Assert(t->index_nkeys == 1);
+	if (t->walking && t->scan != NULL && t->scan_snapshot == t->d->snapshot)
+	{
+		for (;;)
+		{
+			int32		c = DatumGetInt32(FunctionCall2Coll(cmp, coll, t->walk_key, key));
+
+			if (c == 0)
+				return true;
+			if (c > 0)
+				return false;	/* the scan is past it: no such row */
+			if (++steps > DIRECT_WALK_STEPS)
+				break;
+			if (!index_getnext_slot(t->scan, ForwardScanDirection, t->row))
+			{
+				t->walking = false;
+				return false;	/* no row at or after it */
+			}
+			direct_walk_key(t);
+		}
+	}
+	ScanKeyEntryInitializeWithInfo(&skey, 0, 1, BTGreaterEqualStrategyNumber, InvalidOid,
+								   coll, &t->ge, key);
+	index_rescan(direct_scan(t, 1), &skey, 1, NULL, 0);
+	if (!index_getnext_slot(t->scan, ForwardScanDirection, t->row))
+	{
+		t->walking = false;
+		return false;
+	}
+	direct_walk_key(t);
+	return DatumGetInt32(FunctionCall2Coll(cmp, coll, t->walk_key, key)) == 0;
 }
 
 /*
@@ -369,6 +456,7 @@ void
 silo_table_scan_start(SiloTable *t, ScanKey keys, int nkeys)
 {
 	index_rescan(direct_scan(t, nkeys), keys, nkeys, NULL, 0);
+	t->walking = false;
 }
 
 bool
@@ -383,7 +471,14 @@ silo_table_scan_next(SiloTable *t)
 Datum
 silo_table_get(SiloTable *t, int col, bool *isnull)
 {
-	return slot_getattr(t->row, t->attnum[col], isnull);
+	TupleTableSlot *row = t->row;
+	AttrNumber	attnum = t->attnum[col];
+
+	/* the first read of a row takes all of it apart, once */
+	if (attnum > row->tts_nvalid)
+		slot_getallattrs(row);
+	*isnull = row->tts_isnull[attnum - 1];
+	return row->tts_values[attnum - 1];
 }
 
 /*

@@ -100,7 +100,7 @@ enqueue_has_status_index(void)
 	 */
 	if (OidIsValid(status_relid))
 		LockRelationOid(status_relid, RowExclusiveLock);
-	return OidIsValid(get_relname_relid("job_status_index", nsp));
+	return silo_status_index_exists();
 }
 
 /*
@@ -127,6 +127,9 @@ silo_enqueue_job(SiloEnqueueArgs *args)
 	char	   *id;
 	int64		seq;
 	int			i;
+	bool		has_hints = false;
+	ItemPointerData info_tid;
+	ItemPointerData status_tid;
 
 	enqueue_validate(args);
 
@@ -192,7 +195,7 @@ silo_enqueue_job(SiloEnqueueArgs *args)
 				  "    relative_attempt, task_id, seq, due, job_info_tid, job_status_tid)"
 				  "  SELECT $3, $16, $4, $1, $2, 1, 1, $15, j.seq, $17, j.ctid, s.ctid"
 				  "    FROM j, s WHERE $18)"
-				  "SELECT seq FROM j",
+				  "SELECT j.seq, j.ctid, s.ctid FROM j, s",
 				  18, insert_types, values, nulls, false, 0);
 	else
 		silo_exec(&insert_plan_pre15,
@@ -226,6 +229,15 @@ silo_enqueue_job(SiloEnqueueArgs *args)
 	}
 
 	seq = silo_col_int64(0, 1);
+	if (SPI_tuptable->tupdesc->natts == 3)
+	{
+		bool		isnull;
+
+		/* where the rows went (1.5): the task a limit walk writes gets them */
+		has_hints = true;
+		ItemPointerCopy((ItemPointer) DatumGetPointer(silo_col(0, 2, &isnull)), &info_tid);
+		ItemPointerCopy((ItemPointer) DatumGetPointer(silo_col(0, 3, &isnull)), &status_tid);
+	}
 	if (JB_ROOT_COUNT(args->metadata) > 0)
 	{
 		Datum		mvalues[3];
@@ -254,6 +266,9 @@ silo_enqueue_job(SiloEnqueueArgs *args)
 		job.start_at = effective_start;
 		job.nlimits = args->nlimits;
 		job.limits = args->parsed_limits;
+		job.has_info_tid = job.has_status_tid = has_hints;
+		job.info_tid = info_tid;
+		job.status_tid = status_tid;
 		if (args->chains)
 		{
 			/*

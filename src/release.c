@@ -68,7 +68,9 @@ typedef struct ReleasedKey
 	uint64		hash;
 	const char *tenant;
 	const char *queue;
+	Datum		task_id;		/* the attempt whose holder row goes */
 	bool		locked;
+	bool		regrant;		/* busy: leave a marker for the broker */
 } ReleasedKey;
 
 /*
@@ -93,31 +95,24 @@ release_key_cmp(const void *a, const void *b)
  * (complete_many; silo_limits_release is a batch of one): tenants[i] is
  * NULL for a task that holds nothing.  The keys of the whole batch are
  * locked in one pass in hash order, under the rules above (wait only in
- * order; a busy key gets a regrant marker); all holder rows go in one
- * statement, and one more finds the released keys that have waiters, so
- * that only those are granted: two statements for the batch, not two per
- * key.
+ * order; a busy key gets a regrant marker); then, with no SQL (direct.c),
+ * each holder row is deleted by its key and each released key is probed
+ * for a waiter, so that only keys with waiters are granted.
  */
 void
 silo_limits_release_many(int ntasks, char **tenants, List **holds, Datum *task_ids,
 						 TimestampTz now)
 {
-	static SPIPlanPtr delete_plan = NULL;
-	static SPIPlanPtr waiters_plan = NULL;
-	static const Oid delete_types[3] = {TEXTARRAYOID, TEXTARRAYOID, UUIDARRAYOID};
-	static const Oid waiters_types[2] = {TEXTARRAYOID, TEXTARRAYOID};
+	static const char *const holder_cols[] = {"tenant", "queue", "task_id"};
+	static const char *const request_cols[] = {"tenant", "queue"};
 	ReleasedKey *keys;
-	Datum	   *del_tenants;
-	Datum	   *del_queues;
-	Datum	   *del_tasks;
-	Datum	   *key_tenants;
-	Datum	   *key_queues;
-	int		   *key_index;
-	Datum		values[3];
+	int		   *waiting;
+	int			nwaiting = 0;
 	int			n = 0;
-	int			nkeys = 0;
 	int			i;
-	uint64		r;
+	SiloDirect *d;
+	SiloTable  *holder;
+	SiloTable  *request;
 
 	for (i = 0; i < ntasks; i++)
 		if (tenants[i] != NULL)
@@ -126,9 +121,6 @@ silo_limits_release_many(int ntasks, char **tenants, List **holds, Datum *task_i
 		return;
 
 	keys = palloc(sizeof(ReleasedKey) * n);
-	del_tenants = palloc(sizeof(Datum) * n);
-	del_queues = palloc(sizeof(Datum) * n);
-	del_tasks = palloc(sizeof(Datum) * n);
 	n = 0;
 	for (i = 0; i < ntasks; i++)
 	{
@@ -141,9 +133,8 @@ silo_limits_release_many(int ntasks, char **tenants, List **holds, Datum *task_i
 			keys[n].tenant = tenants[i];
 			keys[n].queue = (const char *) lfirst(lc);
 			keys[n].hash = silo_key_hash('c', tenants[i], keys[n].queue, NULL);
-			del_tenants[n] = CStringGetTextDatum(tenants[i]);
-			del_queues[n] = CStringGetTextDatum(keys[n].queue);
-			del_tasks[n] = task_ids[i];
+			keys[n].task_id = task_ids[i];
+			keys[n].regrant = false;
 			n++;
 		}
 	}
@@ -158,65 +149,49 @@ silo_limits_release_many(int ntasks, char **tenants, List **holds, Datum *task_i
 			keys[i].locked = silo_key_lock(keys[i].hash, false);
 	}
 
-	/* every holder row of the batch, found by primary key, deleted by ctid */
-	values[0] = PointerGetDatum(construct_array(del_tenants, n, TEXTOID, -1, false, TYPALIGN_INT));
-	values[1] = PointerGetDatum(construct_array(del_queues, n, TEXTOID, -1, false, TYPALIGN_INT));
-	values[2] = PointerGetDatum(construct_array(del_tasks, n, UUIDOID, UUID_LEN, false,
-												TYPALIGN_CHAR));
-	silo_exec(&delete_plan,
-			  "DELETE FROM silo.concurrency_holder WHERE ctid = ANY(ARRAY("
-			  " SELECT (SELECT h.ctid FROM silo.concurrency_holder h"
-			  "          WHERE h.tenant = x.tenant AND h.queue = x.queue AND h.task_id = x.task_id)"
-			  "   FROM unnest($1, $2, $3) AS x(tenant, queue, task_id)))",
-			  3, delete_types, values, NULL, false, 0);
-
-	/* busy keys go to the broker; the others are granted if anyone waits */
-	key_tenants = palloc(sizeof(Datum) * n);
-	key_queues = palloc(sizeof(Datum) * n);
-	key_index = palloc(sizeof(int) * n);
+	/*
+	 * Begun after the key locks: a waiter that queued while this
+	 * transaction waited for a key's lock has committed, and must be seen,
+	 * as the grant's own read sees it.
+	 */
+	d = silo_direct_begin();
+	holder = silo_table_open(d, "concurrency_holder", holder_cols, 3, NULL, SILO_TABLE_DELETE);
+	request = silo_table_open(d, "concurrency_request", request_cols, 2, NULL, SILO_TABLE_READ);
+	waiting = palloc(sizeof(int) * n);
 	for (i = 0; i < n; i++)
 	{
+		Datum		key[3];
+
+		key[0] = CStringGetTextDatum(keys[i].tenant);
+		key[1] = CStringGetTextDatum(keys[i].queue);
+		key[2] = keys[i].task_id;
+
+		/*
+		 * Every holder row of the batch, found by its key (one already gone
+		 * is passed over, as before 1.5).
+		 */
+		if (silo_table_fetch(holder, 3, key))
+			(void) silo_table_delete(holder);
+
+		/* once per distinct key: busy keys go to the broker, others are
+		 * granted if anyone waits */
 		if (i > 0 && release_key_cmp(&keys[i - 1], &keys[i]) == 0)
 			continue;
 		if (!keys[i].locked)
 		{
-			release_mark_regrant(keys[i].tenant, keys[i].queue, now);
+			keys[i].regrant = true;
 			continue;
 		}
-		key_tenants[nkeys] = CStringGetTextDatum(keys[i].tenant);
-		key_queues[nkeys] = CStringGetTextDatum(keys[i].queue);
-		key_index[nkeys] = i;
-		nkeys++;
+		if (silo_table_fetch(request, 2, key))
+			waiting[nwaiting++] = i;
 	}
-	if (nkeys == 0)
-		return;
-	values[0] = PointerGetDatum(construct_array(key_tenants, nkeys, TEXTOID, -1, false,
-												TYPALIGN_INT));
-	values[1] = PointerGetDatum(construct_array(key_queues, nkeys, TEXTOID, -1, false,
-												TYPALIGN_INT));
+	silo_direct_end(d);
 
-	/*
-	 * A scalar subquery per key (a primary-key probe), never a semi-join.
-	 * Not read-only, so that it takes a new snapshot, as the grant's own
-	 * read does: a waiter that queued while this transaction waited for
-	 * the key's lock has committed, and must be seen.
-	 */
-	silo_exec(&waiters_plan,
-			  "SELECT x.ord::int FROM unnest($1, $2) WITH ORDINALITY AS x(tenant, queue, ord)"
-			  " WHERE (SELECT true FROM silo.concurrency_request q"
-			  "         WHERE q.tenant = x.tenant AND q.queue = x.queue LIMIT 1)"
-			  " ORDER BY x.ord",
-			  2, waiters_types, values, NULL, false, 0);
-	{
-		uint64		nwaiting = SPI_processed;
-		int		   *waiting = palloc(sizeof(int) * (nwaiting + 1));
-
-		/* silo_grant_key runs statements of its own: copy the result first */
-		for (r = 0; r < nwaiting; r++)
-			waiting[r] = key_index[silo_col_int32((int) r, 1) - 1];
-		for (r = 0; r < nwaiting; r++)
-			silo_grant_key(keys[waiting[r]].tenant, keys[waiting[r]].queue, now);
-	}
+	for (i = 0; i < n; i++)
+		if (keys[i].regrant)
+			release_mark_regrant(keys[i].tenant, keys[i].queue, now);
+	for (i = 0; i < nwaiting; i++)
+		silo_grant_key(keys[waiting[i]].tenant, keys[waiting[i]].queue, now);
 }
 
 /*

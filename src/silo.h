@@ -127,6 +127,10 @@ typedef struct SiloChainJob
 	SiloLimit  *limits;
 	List	   *holds;			/* keys held so far */
 	int32		rate_checks;	/* re-checks of the current rate limit */
+	bool		has_info_tid;	/* where the job's job_info row is, */
+	ItemPointerData info_tid;
+	bool		has_status_tid; /* and its job_status row, when known: */
+	ItemPointerData status_tid; /* row hints for the task (1.5) */
 } SiloChainJob;
 
 /* Who walks a chain: its job's owner, a grant of another job, the broker. */
@@ -226,6 +230,7 @@ extern SiloTable *silo_table_open(SiloDirect *d, const char *relname,
 								  const char *index, SiloTableMode mode);
 extern bool silo_table_fetch(SiloTable *t, int nkeys, const Datum *keys);
 extern bool silo_table_fetch_tid(SiloTable *t, ItemPointer tid);
+extern bool silo_table_fetch_ascending(SiloTable *t, Datum key);
 extern bool silo_table_fetch_hinted(SiloTable *t, Datum hint, bool hint_null, int nkeys,
 									const Datum *keys);
 extern void silo_table_scan_start(SiloTable *t, ScanKey keys, int nkeys);
@@ -248,6 +253,7 @@ extern void silo_status_index_move_in(SiloTable *idx, Datum tenant, Datum id,
 									  Datum old_status, TimestampTz old_at,
 									  Datum hint, bool hint_null,
 									  Datum new_status, TimestampTz new_at);
+extern bool silo_status_index_exists(void);
 extern void silo_status_index_move(const char *tenant, const char *id,
 								   const char *old_status, TimestampTz old_at,
 								   const char *new_status, TimestampTz new_at);

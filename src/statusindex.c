@@ -23,7 +23,9 @@
  */
 #include "silo.h"
 
+#include "catalog/namespace.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 
 static const char *const status_index_cols[] = {"tenant", "status", "changed_at", "id"};
 
@@ -76,6 +78,18 @@ silo_status_index_move_in(SiloTable *idx, Datum tenant, Datum id,
 	key[1] = new_status;
 	key[2] = TimestampTzGetDatum(new_at);
 	silo_table_insert(idx, key, NULL);
+}
+
+/*
+ * silo_status_index_exists: whether the installed schema has 0x03 as a
+ * table, and the row-hint columns that came with it (1.5 on).  The
+ * library keeps enqueueing on an older schema until ALTER EXTENSION silo
+ * UPDATE has run (docs/operations.md, "Upgrades").
+ */
+bool
+silo_status_index_exists(void)
+{
+	return OidIsValid(get_relname_relid("job_status_index", get_namespace_oid("silo", false)));
 }
 
 /*
