@@ -10,10 +10,11 @@
  * row is deleted (the delete is the lock, as for a single report), the
  * attempt row inserted, the job_status row ended (a HOT update) and the
  * job's 0x03 row moved (statusindex.c), each row found by the hint the
- * row before it carries, else by its key.  Jobs with limits then free
- * their slots, in the same transaction, set-wise
- * (silo_limits_release_many: one statement for the batch's holder rows,
- * one for which keys have waiters; only those are granted).
+ * row before it carries, else by its key; the leases are looked up by
+ * walking their index in task-id order.  Jobs with limits then free their
+ * slots, in the same transaction, set-wise (silo_limits_release_many: the
+ * batch's keys locked in one pass, then its holder rows deleted and its
+ * keys probed for waiters; only keys with waiters are granted).
  *
  * A task whose lease is gone, has expired or belongs to another worker is
  * skipped: that is a race a worker must expect (the sweep ended the

@@ -73,6 +73,7 @@ struct SiloTable
 								 * stands on a row whose first key column
 								 * is walk_key */
 	Datum		walk_key;
+	Datum		walk_asked;		/* the key it was last asked for */
 	FmgrInfo	ge;				/* >= of the index's first key column */
 	IndexFetchTableData *fetch; /* for fetches by TID */
 	BlockNumber nblocks;		/* the table's size when last looked at */
@@ -367,24 +368,64 @@ direct_walk_key(SiloTable *t)
 }
 
 /*
+ * direct_walk_next: step the walk to the next row the snapshot sees,
+ * passing at most *budget index entries (dead ones included: each costs a
+ * heap visit).  False when the index has no more (the walk ends) or when
+ * the budget is spent (*spent).
+ */
+static bool
+direct_walk_next(SiloTable *t, int *budget, bool *spent)
+{
+	*spent = false;
+	for (;;)
+	{
+		if (*budget <= 0)
+		{
+			*spent = true;
+			return false;
+		}
+		(*budget)--;
+		if (index_getnext_tid(t->scan, ForwardScanDirection) == NULL)
+		{
+			t->walking = false;
+			return false;
+		}
+		if (index_fetch_heap(t->scan, t->row))
+		{
+			direct_walk_key(t);
+			return true;
+		}
+	}
+}
+
+/*
  * silo_table_fetch_ascending: silo_table_fetch of one key, on a table
- * whose index has a single key column, for keys asked for in ascending
- * order -- the sorted task ids of a batch.  The scan stays where the last
- * key left it and walks forward to the next one, a step along the leaf
- * instead of a descent from the root, as long as the keys lie close
+ * whose index has a single key column, for keys asked for in strictly
+ * ascending order -- the sorted task ids of a batch.  The scan stays where
+ * the last key left it and walks forward to the next one, a step along the
+ * leaf instead of a descent from the root, as long as the keys lie close
  * together in the index (the rows of one batch were made together); after
- * DIRECT_WALK_STEPS rows it searches from the root again.
+ * DIRECT_WALK_STEPS index entries it searches from the root again.  A key
+ * not above the previous one is searched for from the root.
  */
 bool
 silo_table_fetch_ascending(SiloTable *t, Datum key)
 {
 	FmgrInfo   *cmp = index_getprocinfo(t->index, 1, BTORDER_PROC);
 	Oid			coll = t->index->rd_indcollation[0];
+	Form_pg_attribute att = TupleDescAttr(RelationGetDescr(t->rel),
+										  t->index->rd_index->indkey.values[0] - 1);
 	ScanKeyData skey;
-	int			steps = 0;
+	int			budget = DIRECT_WALK_STEPS;
+	int			unlimited = INT_MAX;
+	bool		spent;
+	bool		ascending;
 
 	Assert(t->index_nkeys == 1);
-	if (t->walking && t->scan != NULL && t->scan_snapshot == t->d->snapshot)
+	ascending = t->walking && t->scan != NULL && t->scan_snapshot == t->d->snapshot &&
+		DatumGetInt32(FunctionCall2Coll(cmp, coll, key, t->walk_asked)) > 0;
+	t->walk_asked = datumCopy(key, att->attbyval, att->attlen);
+	if (ascending)
 	{
 		for (;;)
 		{
@@ -394,25 +435,20 @@ silo_table_fetch_ascending(SiloTable *t, Datum key)
 				return true;
 			if (c > 0)
 				return false;	/* the scan is past it: no such row */
-			if (++steps > DIRECT_WALK_STEPS)
-				break;
-			if (!index_getnext_slot(t->scan, ForwardScanDirection, t->row))
+			if (!direct_walk_next(t, &budget, &spent))
 			{
-				t->walking = false;
-				return false;	/* no row at or after it */
+				if (!spent)
+					return false;	/* no row at or after it */
+				break;
 			}
-			direct_walk_key(t);
 		}
 	}
 	ScanKeyEntryInitializeWithInfo(&skey, 0, 1, BTGreaterEqualStrategyNumber, InvalidOid,
 								   coll, &t->ge, key);
 	index_rescan(direct_scan(t, 1), &skey, 1, NULL, 0);
-	if (!index_getnext_slot(t->scan, ForwardScanDirection, t->row))
-	{
-		t->walking = false;
+	t->walking = true;
+	if (!direct_walk_next(t, &unlimited, &spent))
 		return false;
-	}
-	direct_walk_key(t);
 	return DatumGetInt32(FunctionCall2Coll(cmp, coll, t->walk_key, key)) == 0;
 }
 
@@ -432,6 +468,7 @@ silo_table_fetch_tid(SiloTable *t, ItemPointer tid)
 	bool		call_again = false;
 	bool		all_dead = false;
 
+	t->walking = false;			/* the current row changes */
 	if (!ItemPointerIsValid(&at))
 		return false;
 	if (t->nblocks == InvalidBlockNumber || ItemPointerGetBlockNumber(&at) >= t->nblocks)
@@ -568,6 +605,7 @@ silo_table_insert(SiloTable *t, const Datum *values, const bool *nulls)
 {
 	int			natts = RelationGetDescr(t->rel)->natts;
 	TupleTableSlot *slot;
+	MemoryContext old;
 	int			i;
 
 	Assert(t->rri != NULL);
@@ -586,6 +624,8 @@ silo_table_insert(SiloTable *t, const Datum *values, const bool *nulls)
 	}
 	if (t->npending == DIRECT_BATCH_ROWS)
 		silo_table_flush(t);
+	/* what waits lives as long as the work, whatever the caller's context */
+	old = MemoryContextSwitchTo(t->d->estate->es_query_cxt);
 	if (t->npending == t->maxpending)
 	{
 		if (t->pending == NULL)
@@ -595,6 +635,7 @@ silo_table_insert(SiloTable *t, const Datum *values, const bool *nulls)
 	}
 	slot = t->pending[t->npending++];
 	direct_form(t, slot);
+	MemoryContextSwitchTo(old);
 }
 
 /*

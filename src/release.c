@@ -171,7 +171,12 @@ silo_limits_release_many(int ntasks, char **tenants, List **holds, Datum *task_i
 		 * is passed over, as before 1.5).
 		 */
 		if (silo_table_fetch(holder, 3, key))
-			(void) silo_table_delete(holder);
+		{
+			TM_Result	res PG_USED_FOR_ASSERTS_ONLY = silo_table_delete(holder);
+
+			/* holder rows are never updated: deleted, or gone already */
+			Assert(res == TM_Ok || res == TM_Deleted || res == TM_SelfModified);
+		}
 
 		/* once per distinct key: busy keys go to the broker, others are
 		 * granted if anyone waits */
