@@ -25,42 +25,21 @@
 
 set -euo pipefail
 
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 JOBS=${JOBS:-200000}
 SYSTEMS=${*:-silo bare}
-RUN_AS=postgres
+
+# shellcheck source=bench/scratch.sh
+. "$(dirname "${BASH_SOURCE[0]}")/scratch.sh"
 
 if ! command -v valgrind >/dev/null 2>&1; then
 	DEBIAN_FRONTEND=noninteractive apt-get -q -y install valgrind >/dev/null
 fi
 
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u "$RUN_AS" -- "$@"; else "$@"; fi; }
-
-DIR=$(mktemp -d /tmp/silo-instr.XXXXXX)
-chmod 755 "$DIR"
-[ "$(id -u)" = 0 ] && chown "$RUN_AS" "$DIR"
-PID=
-cleanup()
-{
-	if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; fi
-	if [ "${KEEP:-}" = 1 ]; then echo "kept $DIR"; else rm -rf "$DIR"; fi
-}
-trap cleanup EXIT
-
 # The filled template: silo with JOBS due jobs of one group, and the bare
 # queue's table with JOBS rows; vacuumed, analyzed and checkpointed.
-as_pg "$PGBIN/initdb" -D "$DIR/tmpl" -A trust >/dev/null
-cat >>"$DIR/tmpl/postgresql.conf" <<EOF
-listen_addresses = ''
-unix_socket_directories = '$DIR'
-shared_preload_libraries = 'pg_cron,silo'
-cron.database_name = 'postgres'
-silo.database = 'postgres'
-autovacuum = off
-EOF
-as_pg "$PGBIN/pg_ctl" -D "$DIR/tmpl" -l "$DIR/tmpl.log" -w start >/dev/null
-PID=$(head -1 "$DIR/tmpl/postmaster.pid")
-psql_() { as_pg "$PGBIN/psql" -h "$DIR" -d postgres -qAtX -v ON_ERROR_STOP=1 "$@"; }
+scratch_begin
+scratch_initdb tmpl "autovacuum = off"
+scratch_start tmpl
 psql_ -c "CREATE EXTENSION silo CASCADE" 2>/dev/null
 psql_ -c "CREATE TABLE bench_bare (id bigserial PRIMARY KEY, payload jsonb NOT NULL,
                                    run_at timestamptz NOT NULL DEFAULT now())"
@@ -83,8 +62,7 @@ if [[ " $SYSTEMS " == *" silo-k100k "* ]]; then
 					  FROM generate_series(1, ${LIMIT_JOBS:-20000})) g))" >/dev/null
 fi
 psql_ -c "VACUUM ANALYZE" -c "CHECKPOINT"
-as_pg "$PGBIN/pg_ctl" -D "$DIR/tmpl" -w stop >/dev/null
-PID=
+scratch_stop tmpl
 
 # count SYSTEM N: total instructions of N statements in a fresh copy.
 count()

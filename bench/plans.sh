@@ -15,36 +15,14 @@
 
 set -euo pipefail
 
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 JOBS=${JOBS:-1000000}
-RUN_AS=postgres
 
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u "$RUN_AS" -- "$@"; else "$@"; fi; }
+# shellcheck source=bench/scratch.sh
+. "$(dirname "${BASH_SOURCE[0]}")/scratch.sh"
 
-DIR=$(mktemp -d /tmp/silo-plans.XXXXXX)
-chmod 755 "$DIR"
-[ "$(id -u)" = 0 ] && chown "$RUN_AS" "$DIR"
-PID=
-cleanup()
-{
-	if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; sleep 1; fi
-	rm -rf "$DIR"
-}
-trap cleanup EXIT
-
-as_pg "$PGBIN/initdb" -D "$DIR/data" -A trust >/dev/null
-cat >>"$DIR/data/postgresql.conf" <<EOF
-listen_addresses = ''
-unix_socket_directories = '$DIR'
-shared_preload_libraries = 'pg_cron,silo'
-cron.database_name = 'postgres'
-silo.database = 'postgres'
-silo.broker_paused = on
-EOF
-as_pg "$PGBIN/pg_ctl" -D "$DIR/data" -l "$DIR/log" -w start >/dev/null
-PID=$(head -1 "$DIR/data/postmaster.pid")
-psql_() { as_pg "$PGBIN/psql" -h "$DIR" -d postgres -qAtX -v ON_ERROR_STOP=1 "$@"; }
-
+scratch_begin
+scratch_initdb data "silo.broker_paused = on"
+scratch_start data
 psql_ -c "CREATE EXTENSION silo CASCADE" 2>/dev/null
 psql_ <<SQL
 CREATE TEMP TABLE j AS

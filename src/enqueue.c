@@ -168,6 +168,17 @@ silo_enqueue_job(SiloEnqueueArgs *args)
 	values[17] = BoolGetDatum(args->nlimits == 0);	/* limits: the chain writes the task */
 
 	silo_spi_connect();
+
+	/* the job_info row, both ways; the CTE's RETURNING list is left open */
+#define ENQUEUE_JOB_INFO \
+	"WITH j AS (" \
+	"  INSERT INTO silo.job_info (tenant, id, task_group, priority, start_at," \
+	"    enqueued_at, seq, payload, retry_count, retry_initial_ms, retry_max_ms," \
+	"    retry_factor, retry_randomize, limits, metadata)" \
+	"  VALUES ($1, $2, $3, $4, $5, $6, nextval('silo.job_seq'), $7, $8, $9, $10," \
+	"    $11, $12, $13, $14)" \
+	"  ON CONFLICT DO NOTHING RETURNING seq"
+
 	/*
 	 * The task row carries hints of where its job_info and job_status rows
 	 * are, and the status row one of where its 0x03 row is: the lease and
@@ -176,13 +187,7 @@ silo_enqueue_job(SiloEnqueueArgs *args)
 	 */
 	if (enqueue_has_status_index())
 		silo_exec(&insert_plan,
-				  "WITH j AS ("
-				  "  INSERT INTO silo.job_info (tenant, id, task_group, priority, start_at,"
-				  "    enqueued_at, seq, payload, retry_count, retry_initial_ms, retry_max_ms,"
-				  "    retry_factor, retry_randomize, limits, metadata)"
-				  "  VALUES ($1, $2, $3, $4, $5, $6, nextval('silo.job_seq'), $7, $8, $9, $10,"
-				  "    $11, $12, $13, $14)"
-				  "  ON CONFLICT DO NOTHING RETURNING seq, ctid),"
+				  ENQUEUE_JOB_INFO ", ctid),"
 				  " x AS ("
 				  "  INSERT INTO silo.job_status_index (tenant, status, changed_at, id)"
 				  "  SELECT $1, 'Pending', $6, $2 FROM j RETURNING ctid),"
@@ -199,13 +204,7 @@ silo_enqueue_job(SiloEnqueueArgs *args)
 				  18, insert_types, values, nulls, false, 0);
 	else
 		silo_exec(&insert_plan_pre15,
-				  "WITH j AS ("
-				  "  INSERT INTO silo.job_info (tenant, id, task_group, priority, start_at,"
-				  "    enqueued_at, seq, payload, retry_count, retry_initial_ms, retry_max_ms,"
-				  "    retry_factor, retry_randomize, limits, metadata)"
-				  "  VALUES ($1, $2, $3, $4, $5, $6, nextval('silo.job_seq'), $7, $8, $9, $10,"
-				  "    $11, $12, $13, $14)"
-				  "  ON CONFLICT DO NOTHING RETURNING seq),"
+				  ENQUEUE_JOB_INFO "),"
 				  " s AS ("
 				  "  INSERT INTO silo.job_status (tenant, id, status, changed_at, attempt,"
 				  "    relative_attempt, task_id, next_attempt_at)"
