@@ -116,6 +116,19 @@ SELECT test_helpers.status_index_mismatches();
 SELECT count(*) > 0 AS have_jobs FROM silo.job_status;
 SELECT test_helpers.wait_for($$EXISTS (SELECT 1 FROM cron.job
                                         WHERE jobname = 'silo-purge-terminal-jobs')$$) AS scheduled;
-SELECT jobname, schedule, command LIKE '%PERFORM silo.purge_terminal_jobs()%' AS runs_purge,
-       database = current_database() AS this_database, active
+SELECT jobname, schedule, command, database = current_database() AS this_database, active
+  FROM cron.job WHERE jobname = 'silo-purge-terminal-jobs';
+
+-- pg_cron runs that command as the superuser that scheduled it, in a
+-- session with the database's settings: every name in it is qualified
+-- (docs/security.md).  A restore of a dump taken before 1.6 brings back
+-- the old command, which called to_regprocedure() by its bare name, and a
+-- dump of another database names that one: the broker rewrites both.
+UPDATE cron.job
+   SET command = $cmd$DO $purge$ BEGIN IF to_regprocedure('silo.purge_terminal_jobs(integer)') IS NOT NULL THEN PERFORM silo.purge_terminal_jobs(); END IF; END $purge$$cmd$,
+       database = 'postgres'
+ WHERE jobname = 'silo-purge-terminal-jobs';
+SELECT test_helpers.wait_for($$(SELECT command NOT LIKE '%to_regprocedure%' AND database = current_database()
+                                  FROM cron.job WHERE jobname = 'silo-purge-terminal-jobs')$$) AS rewritten;
+SELECT count(*) AS jobs, bool_and(command LIKE '%pg_catalog.pg_extension%') AS new_command
   FROM cron.job WHERE jobname = 'silo-purge-terminal-jobs';

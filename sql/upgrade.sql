@@ -6,7 +6,7 @@
 -- every version PostgreSQL can install, and the default one (1.1: limits;
 -- 1.2: complete_many, plans that need no statistics; 1.3: lease marks;
 -- 1.4: byte-order collation of text columns; 1.5: 0x03 as a table, HOT
--- status changes)
+-- status changes; 1.6: a purge command immune to the database's search_path)
 SELECT version, installed FROM pg_available_extension_versions
  WHERE name = 'silo' ORDER BY version;
 
@@ -89,6 +89,20 @@ SELECT test_helpers.status_index_mismatches();
 
 -- re-creating keeps exactly one purge job in pg_cron
 SELECT count(*) FROM cron.job WHERE jobname = 'silo-purge-terminal-jobs';
+
+-- and 1.6's: the update rewrites the purge command of older versions,
+-- which resolved to_regprocedure() through the database's search_path as
+-- a superuser, into the qualified one the broker writes (in one
+-- transaction, so that the broker, which rewrites it too, cannot)
+DROP EXTENSION silo;
+CREATE EXTENSION silo VERSION '1.5';
+BEGIN;
+UPDATE cron.job
+   SET command = $cmd$DO $purge$ BEGIN IF to_regprocedure('silo.purge_terminal_jobs(integer)') IS NOT NULL THEN PERFORM silo.purge_terminal_jobs(); END IF; END $purge$$cmd$
+ WHERE jobname = 'silo-purge-terminal-jobs';
+ALTER EXTENSION silo UPDATE TO '1.6';
+SELECT command FROM cron.job WHERE jobname = 'silo-purge-terminal-jobs';
+COMMIT;
 
 -- 1.3 -> 1.4 re-creates silo's views around the collation change and puts
 -- back what a DBA did to them: an extra grant, a revoked one, a comment.

@@ -424,12 +424,15 @@ broker_recover(MemoryContext loopcxt)
 }
 
 /*
- * broker_run: run fn in a transaction of its own with SPI connected.  An
- * error is logged and the transaction aborted; the broker carries on.
- * Returns false when fn failed or silo is not installed.
+ * broker_run_in: run fn in a transaction of its own with SPI connected.
+ * An error is logged and the transaction aborted; the broker carries on.
+ * fn runs only while silo is installed and, unless any_version, only
+ * once its schema is the version of this library.  Returns false when fn
+ * failed or did not run.
  */
 static bool
-broker_run(MemoryContext loopcxt, const char *activity, void (*fn) (void *), void *arg)
+broker_run_in(MemoryContext loopcxt, const char *activity, void (*fn) (void *), void *arg,
+			  bool any_version)
 {
 	volatile bool ok = false;
 
@@ -442,7 +445,7 @@ broker_run(MemoryContext loopcxt, const char *activity, void (*fn) (void *), voi
 		if (OidIsValid(get_extension_oid("silo", true)))
 		{
 			silo_spi_connect();
-			if (broker_schema_ready())
+			if (any_version || broker_schema_ready())
 			{
 				fn(arg);
 				ok = true;
@@ -462,6 +465,15 @@ broker_run(MemoryContext loopcxt, const char *activity, void (*fn) (void *), voi
 	pgstat_report_activity(STATE_IDLE, NULL);
 	MemoryContextSwitchTo(loopcxt);
 	return ok;
+}
+
+/*
+ * broker_run: broker_run_in for work that needs this library's schema.
+ */
+static bool
+broker_run(MemoryContext loopcxt, const char *activity, void (*fn) (void *), void *arg)
+{
+	return broker_run_in(loopcxt, activity, fn, arg, false);
 }
 
 /*
@@ -623,54 +635,55 @@ broker_tick(MemoryContext loopcxt)
 
 /*
  * broker_ensure_purge_job: make sure pg_cron runs the retention purge in
- * this database.  The install script cannot schedule it: pg_dump keeps
- * pg_cron's job table, so a restore would then collide with the restored
- * row.  Instead the broker schedules it once silo holds jobs -- during a
- * (single-job) pg_restore the cron.job data is loaded before silo's, so
- * the restored row is found, and pointed at this database if it was
- * dumped from another.  silo.retention = 0 means no purge is needed.
+ * this database, with silo's command.  The install script cannot schedule
+ * it: pg_dump keeps pg_cron's job table, so a restore would then collide
+ * with the restored row.  Instead the broker schedules it once silo holds
+ * jobs -- during a (single-job) pg_restore the cron.job data is loaded
+ * before silo's, so the restored row is found.  A restored row may still
+ * name the database it was dumped from, or carry the command of an older
+ * version, which resolved names through the database's search_path as a
+ * superuser: both are put right.  Runs on every schema version, so that
+ * the command is fixed as soon as this library runs.  silo.retention = 0
+ * means no purge is needed.
  */
 static void
 broker_ensure_purge_job(void *arg)
 {
 	static SPIPlanPtr check_plan = NULL;
 	static SPIPlanPtr schedule_plan = NULL;
-	static SPIPlanPtr retarget_plan = NULL;
-	static const Oid types[1] = {INT8OID};
-	Datum		values[1];
+	static SPIPlanPtr alter_plan = NULL;
+	static const Oid types[2] = {INT8OID, TEXTOID};
+	Datum		values[2];
 	bool		isnull;
 
 	if (silo_retention_s == 0)
 		return;
+	values[1] = CStringGetTextDatum(SILO_PURGE_COMMAND);
 	silo_exec(&check_plan,
 			  "SELECT to_regprocedure('cron.schedule(text,text,text)') IS NOT NULL"
 			  "       AND EXISTS (SELECT 1 FROM silo.job_status),"
-			  "       j.jobid, j.database = current_database()"
+			  "       j.jobid, j.database = current_database() AND j.command = $1"
 			  "  FROM (SELECT 1) one LEFT JOIN cron.job j"
 			  "    ON j.jobname = '" SILO_PURGE_JOB_NAME "' AND j.username = current_user",
-			  0, NULL, NULL, NULL, true, 0);
+			  1, &types[1], &values[1], NULL, true, 0);
 	if (SPI_processed != 1 || !silo_col_bool(0, 1))
 		return;
 	values[0] = silo_col(0, 2, &isnull);
 	if (isnull)
 	{
 		silo_exec(&schedule_plan,
-				  "SELECT cron.schedule('" SILO_PURGE_JOB_NAME "', '* * * * *',"
-				  " 'DO $purge$ BEGIN"
-				  " IF to_regprocedure(''silo.purge_terminal_jobs(integer)'') IS NOT NULL THEN"
-				  " PERFORM silo.purge_terminal_jobs(); END IF; END $purge$')",
-				  0, NULL, NULL, NULL, false, 0);
+				  "SELECT cron.schedule('" SILO_PURGE_JOB_NAME "', '* * * * *', $1)",
+				  1, &types[1], &values[1], NULL, false, 0);
 		ereport(LOG,
 				(errmsg("silo broker scheduled the pg_cron job \"%s\"", SILO_PURGE_JOB_NAME)));
 	}
 	else if (!silo_col_bool(0, 3))
 	{
-		/* A restored job still names the database it was dumped from. */
-		silo_exec(&retarget_plan,
-				  "SELECT cron.alter_job($1, database => current_database())",
-				  1, types, values, NULL, false, 0);
+		silo_exec(&alter_plan,
+				  "SELECT cron.alter_job($1, command => $2, database => current_database())",
+				  2, types, values, NULL, false, 0);
 		ereport(LOG,
-				(errmsg("silo broker pointed the pg_cron job \"%s\" at this database",
+				(errmsg("silo broker rewrote the pg_cron job \"%s\" to run silo's purge in this database",
 						SILO_PURGE_JOB_NAME)));
 	}
 }
@@ -702,6 +715,23 @@ silo_broker_main(Datum main_arg)
 	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("idle_in_transaction_session_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+
+	/*
+	 * The broker is a superuser, and a database owner who is not one may
+	 * set the database's search_path to a schema of theirs holding a
+	 * function or operator named like one of pg_catalog's: every name the
+	 * broker's statements (and pg_cron's functions they call) resolve must
+	 * come from pg_catalog or be schema-qualified (docs/security.md).
+	 * pg_temp last: the broker makes no temporary objects, and nobody
+	 * else can make them in its session.
+	 */
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+
+	/*
+	 * ALTER DATABASE ... SET role, which the owner may also do, would make
+	 * the broker act as that role: it acts as itself.
+	 */
+	SetConfigOption("role", "none", PGC_SUSET, PGC_S_OVERRIDE);
 
 	/*
 	 * The broker's statements are built around indexes, and the plans it
@@ -754,8 +784,8 @@ silo_broker_main(Datum main_arg)
 		}
 		if (GetCurrentTimestamp() - last_ensure >= BROKER_ENSURE_INTERVAL_MS * 1000)
 		{
-			(void) broker_run(loopcxt, "silo broker: check purge job",
-							  broker_ensure_purge_job, NULL);
+			(void) broker_run_in(loopcxt, "silo broker: check purge job",
+								 broker_ensure_purge_job, NULL, true);
 			/* paused means no maintenance at all (tests rely on it) */
 			if (!silo_broker_paused)
 				(void) broker_run(loopcxt, "silo broker: idle rate-limit buckets",

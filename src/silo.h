@@ -66,10 +66,25 @@ extern int	silo_clock_offset_ms;
 #define SILO_LOCKTAG_CLASS		0x5110
 
 /* The extension version this library implements (silo.control). */
-#define SILO_EXTENSION_VERSION	"1.5"
+#define SILO_EXTENSION_VERSION	"1.6"
 
 /* The pg_cron job that runs the retention purge. */
 #define SILO_PURGE_JOB_NAME		"silo-purge-terminal-jobs"
+
+/*
+ * Its command.  pg_cron runs it as the superuser that scheduled it (the
+ * broker's role), in a session that takes the database's settings, so its
+ * search_path is whatever the database owner chose: every name in it is
+ * schema-qualified, and the only operator is pg_catalog's, named as such
+ * (docs/security.md).  It does nothing once silo is dropped.  The 1.6
+ * update script writes the same text, and the broker rewrites any other
+ * (a restore of an older dump brings the old command back).
+ */
+#define SILO_PURGE_COMMAND \
+	"DO $purge$ BEGIN" \
+	" IF EXISTS (SELECT FROM pg_catalog.pg_extension" \
+	" WHERE extname OPERATOR(pg_catalog.=) 'silo') THEN" \
+	" PERFORM silo.purge_terminal_jobs(); END IF; END $purge$"
 
 /* The channel every wake-up goes to; the payload is the task group. */
 #define SILO_NOTIFY_CHANNEL		"silo_task_ready"
