@@ -7,15 +7,19 @@
 #   make demo       install what is missing, build, run a real demo
 #   make stress     the long randomized stress run
 #   make bench      the side-by-side benchmarks (bench/run.sh; not part of test)
+#   make check-layers  calls between src/'s folders go down (also in make test)
 
 EXTENSION = silo
 MODULE_big = silo
-OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
+# src/ is arranged by subsystem, one folder each (src/README.md has the
+# layers and the calls each may make; "make check-layers" checks them).
+SILO_LAYERS = module api bgw core limits ipc storage util
+OBJS = $(patsubst %.c,%.o,$(foreach d,$(SILO_LAYERS),$(wildcard src/$(d)/*.c)))
 DATA = $(wildcard sql/silo--*.sql)
 PGFILEDESC = "silo - durable multi-tenant job queue"
 
 PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
-PG_CPPFLAGS = -Isrc -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
+PG_CPPFLAGS = -Isrc $(foreach d,$(SILO_LAYERS),-Isrc/$(d)) -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
 SHLIB_LINK =
 
 EXTRA_CLEAN = tools/silo-worker
@@ -23,8 +27,8 @@ EXTRA_CLEAN = tools/silo-worker
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# PGXS tracks no header dependencies: every module includes silo.h.
-$(OBJS): src/silo.h src/silo_errcodes.h
+# PGXS tracks no header dependencies: a header change rebuilds everything.
+$(OBJS): src/silo_errcodes.h $(foreach d,$(SILO_LAYERS),$(wildcard src/$(d)/*.h))
 
 LIBPQ_CFLAGS = -I$(shell $(PG_CONFIG) --includedir)
 LIBPQ_LIBS = -L$(shell $(PG_CONFIG) --libdir) -lpq -lpthread
@@ -48,7 +52,10 @@ install-silo-worker: tools/silo-worker
 uninstall-silo-worker:
 	rm -f '$(DESTDIR)$(bindir)/silo-worker'
 
-.PHONY: test demo stress bench
+.PHONY: test demo stress bench check-layers
+check-layers: all
+	@tools/check-layers.sh && tools/check-layers.sh --selftest
+
 test:
 	@bash test/run.sh
 

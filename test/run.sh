@@ -11,6 +11,7 @@
 #   isolation   pg_isolation_regress, temp instance, every
 #               test/isolation/specs/*.spec
 #   tap         prove -v over test/t/*.pl (PostgreSQL::Test::Cluster)
+#   layers      tools/check-layers.sh: calls between src/'s folders go down
 #
 # Each suite runs on its own, under a timeout, so one failing suite does not
 # hide the others.  The last line printed is always "N passed, N failed", and
@@ -19,7 +20,8 @@
 # Environment:
 #   SILO_TESTS          which suites or tests to run; words separated by
 #                       spaces or commas (default: all suites):
-#                         regress | isolation | tap      a whole suite
+#                         regress | isolation | tap | layers
+#                                                        a whole suite
 #                         regress:NAME  isolation:NAME   one test (glob ok)
 #                         tap:PATTERN or PATTERN         TAP files whose name
 #                                                        matches (010_crash,
@@ -125,7 +127,7 @@ on_abort()
 # ---------------------------------------------------------------------------
 # Suite selection (SILO_TESTS)
 # ---------------------------------------------------------------------------
-want_regress=0 want_isolation=0 want_tap=0
+want_regress=0 want_isolation=0 want_tap=0 want_layers=0
 regress_only=() isolation_only=() tap_patterns=()
 
 parse_selection()
@@ -133,12 +135,13 @@ parse_selection()
 	local sel=${SILO_TESTS:-} word
 	sel=${sel//,/ }
 	if [ -z "${sel// /}" ] || [ "$sel" = all ]; then
-		want_regress=1 want_isolation=1 want_tap=1
+		want_regress=1 want_isolation=1 want_tap=1 want_layers=1
 		return
 	fi
 	for word in $sel; do
 		case $word in
-			all) want_regress=1 want_isolation=1 want_tap=1 ;;
+			all) want_regress=1 want_isolation=1 want_tap=1 want_layers=1 ;;
+			layers) want_layers=1 ;;
 			regress) want_regress=1 ;;
 			isolation | iso) want_isolation=1 ;;
 			tap | prove) want_tap=1 ;;
@@ -291,8 +294,9 @@ suite_regress()
 	elif [ -f "$sched" ] && grep -qE '^[[:space:]]*test:[[:space:]]*[^[:space:]]' "$sched"; then
 		run_pg_regress regress "$PG_REGRESS" "$COPY" --schedule="$sched"
 	else
-		say "skipped: test/regress_schedule is missing or lists no tests"
-		summaries+=("$(printf '%-10s skipped (no schedule)' regress)")
+		# a suite that finds nothing to run has not passed
+		say "FAILED: test/regress_schedule is missing or lists no tests"
+		record regress 0 1 0
 	fi
 }
 
@@ -317,8 +321,8 @@ suite_isolation()
 			say "no isolation spec matches: ${isolation_only[*]}"
 			record isolation 0 1 0
 		else
-			say "skipped: no specs in test/isolation/specs"
-			summaries+=("$(printf '%-10s skipped (no specs)' isolation)")
+			say "FAILED: no specs in test/isolation/specs"
+			record isolation 0 1 0
 		fi
 		return
 	fi
@@ -338,8 +342,8 @@ suite_tap()
 			say "no TAP file matches: ${tap_patterns[*]}"
 			record tap 0 1 0
 		else
-			say "skipped: no test/t/*.pl"
-			summaries+=("$(printf '%-10s skipped (no test files)' tap)")
+			say "FAILED: no test/t/*.pl"
+			record tap 0 1 0
 		fi
 		return
 	fi
@@ -380,6 +384,32 @@ suite_tap()
 		[ "$rc" -eq 124 ] && say "tap: timed out after ${SUITE_TIMEOUT}s"
 	fi
 	record tap "$pass" "$fail" "$rc"
+}
+
+# suite_layers: the calls between src/'s folders go down the table of
+# src/README.md (tools/check-layers.sh, on the objects just built), and
+# the check catches an upward call built for the purpose.
+suite_layers()
+{
+	local pass=0 fail=0 out
+	header "layers (tools/check-layers.sh)"
+	if out=$("$SRC/tools/check-layers.sh" 2>&1); then
+		say "layers ... ok"
+		pass=$((pass + 1))
+	else
+		say "$out"
+		say "layers ... FAILED"
+		fail=$((fail + 1))
+	fi
+	if out=$("$SRC/tools/check-layers.sh" --selftest 2>&1); then
+		say "layers selftest ... ok"
+		pass=$((pass + 1))
+	else
+		say "$out"
+		say "layers selftest ... FAILED"
+		fail=$((fail + 1))
+	fi
+	record layers "$pass" "$fail" 0
 }
 
 # ---------------------------------------------------------------------------
@@ -425,6 +455,7 @@ if ! { mkdir -p "$COPY" &&
 fi
 cd "$COPY" || { total_fail=1; finish; }
 
+[ "$want_layers" = 1 ] && suite_layers
 [ "$want_regress" = 1 ] && suite_regress
 [ "$want_isolation" = 1 ] && suite_isolation
 [ "$want_tap" = 1 ] && suite_tap

@@ -1,0 +1,41 @@
+/*-------------------------------------------------------------------------
+ *
+ * prologue.c
+ *	  The checks every SQL entry point makes of its transaction, in one
+ *	  place, after its arguments have been checked and before it changes
+ *	  anything: the isolation level, a read-only transaction, parallel
+ *	  mode.  Cluster mode adds the tenant's shard here.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "silo_api.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "tcop/utility.h"
+
+/*
+ * silo_api_begin: the prologue of entry point fn (its SQL name, for
+ * messages), with the SILO_API_* flags it needs.
+ */
+void
+silo_api_begin(const char *fn, int flags)
+{
+	if ((flags & SILO_API_READ_COMMITTED) && IsolationUsesXactSnapshot())
+		silo_require_read_committed(fn);
+	if (flags & SILO_API_WRITES)
+		silo_api_require_writable(fn);
+}
+
+/*
+ * silo_api_require_writable: fn writes rows: refuse a read-only
+ * transaction, naming fn (25006), and parallel mode, before anything is
+ * written.  The direct writes of core/ would not be stopped by the
+ * statement-level checks SQL runs.
+ */
+void
+silo_api_require_writable(const char *fn)
+{
+	PreventCommandIfReadOnly(fn);
+	PreventCommandIfParallelMode(fn);
+}

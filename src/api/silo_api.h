@@ -1,0 +1,24 @@
+/*-------------------------------------------------------------------------
+ *
+ * silo_api.h
+ *	  SQL entry points.  Each parses and checks its arguments, calls the
+ *	  one prologue (silo_api_begin) and calls into core/ or limits/.
+ *	  Nothing below api/ knows of fcinfo (src/README.md has the layers).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SILO_API_H
+#define SILO_API_H
+
+#include "silo_core.h"
+
+/* What an entry point needs of the transaction it runs in. */
+#define SILO_API_WRITES			0x01	/* refuses a read-only transaction (25006) */
+#define SILO_API_READ_COMMITTED 0x02	/* refuses REPEATABLE READ and SERIALIZABLE
+										 * (25000) */
+
+/* prologue.c */
+extern void silo_api_begin(const char *fn, int flags);
+extern void silo_api_require_writable(const char *fn);
+
+#endif							/* SILO_API_H */

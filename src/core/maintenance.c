@@ -1,0 +1,342 @@
+/*-------------------------------------------------------------------------
+ *
+ * maintenance.c
+ *	  The broker's passes over due work, also run by silo.run_maintenance:
+ *	  the promotion of tasks whose start time has come, the sweep of
+ *	  expired leases, the walk of parked limit chains; the purge of old
+ *	  terminal jobs; and when the next of them is due.
+ *
+ * Promotion is one statement per batch; the sweep and the chain walk page
+ * through their items with the batch runner (storage/runner.c), each item
+ * in a subtransaction of its own, so one bad row is logged and skipped
+ * rather than stopping the pass.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "silo_core.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/fmgrprotos.h"
+#include "utils/json.h"
+
+#define MAINT_PROMOTE_BATCH		10000
+#define PURGE_BATCH				5000
+
+/* GUC silo.retention (registered by module.c) */
+int			silo_retention_s = 7 * 24 * 3600;
+
+/*
+ * silo_promote_due_tasks: mark tasks whose start time has passed as due,
+ * in bounded batches, and notify each task group that got work.  SPI must
+ * be connected.  Returns the number promoted.
+ */
+int64
+silo_promote_due_tasks(TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[2] = {TIMESTAMPTZOID, INT4OID};
+	Datum		values[2];
+	int64		total = 0;
+
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(MAINT_PROMOTE_BATCH);
+	for (;;)
+	{
+		uint64		i;
+		int64		n = 0;
+
+		/* One row per task group that got work, with its count. */
+		silo_exec(&plan,
+				  "WITH p AS ("
+				  " UPDATE silo.task SET due = true WHERE ctid = ANY(ARRAY("
+				  "  SELECT ctid FROM silo.task WHERE NOT due AND start_at <= $1"
+				  "   ORDER BY start_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
+				  " RETURNING task_group)"
+				  "SELECT task_group, count(*) FROM p GROUP BY task_group",
+				  2, types, values, NULL, false, 0);
+		for (i = 0; i < SPI_processed; i++)
+		{
+			Async_Notify(SILO_NOTIFY_CHANNEL, silo_col_text(i, 1));
+			n += silo_col_int64(i, 2);
+		}
+		total += n;
+		if (n < MAINT_PROMOTE_BATCH)
+			break;
+	}
+	return total;
+}
+
+/*
+ * maint_expired_error_data: the error_data of a WORKER_CRASHED attempt.
+ */
+static Jsonb *
+maint_expired_error_data(SiloLease *lease, TimestampTz now)
+{
+	StringInfoData buf;
+	char	   *expired_at;
+	char	   *swept_at;
+
+	/* timestamptz_to_str returns a static buffer: copy each result in turn. */
+	expired_at = pstrdup(timestamptz_to_str(lease->expires_at));
+	swept_at = pstrdup(timestamptz_to_str(now));
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"message\": ");
+	escape_json(&buf, psprintf("lease expired at %s (swept at %s)", expired_at, swept_at));
+	appendStringInfoString(&buf, ", \"worker_id\": ");
+	escape_json(&buf, lease->worker_id);
+	appendStringInfoChar(&buf, '}');
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+}
+
+/*
+ * maint_sweep_item / maint_sweep_describe: the sweep's callbacks over
+ * an array of task ids.  An expired run lease ends its attempt as
+ * WORKER_CRASHED; an expired refresh lease frees the refresh.
+ */
+static bool
+maint_sweep_item(int i, void *arg, TimestampTz now)
+{
+	SiloLease	lease;
+	Datum		task_id = DirectFunctionCall1(uuid_in,
+											  CStringGetDatum(SILO_CELL((SiloListed *) arg, i, 0)));
+
+	if (!silo_lease_take_expired(task_id, now, &lease))
+		return false;
+	if (strcmp(lease.kind, "refresh") == 0)
+		silo_floating_finish(&lease, SILO_FLOATING_EXPIRED, 0, NULL, now);
+	else
+		silo_finish_attempt(&lease, SILO_OUTCOME_FAILED, NULL, "WORKER_CRASHED",
+							maint_expired_error_data(&lease, now), now, true);
+	return true;
+}
+
+static char *
+maint_sweep_describe(int i, void *arg)
+{
+	return psprintf("sweep the expired lease of task %s", SILO_CELL((SiloListed *) arg, i, 0));
+}
+
+/*
+ * silo_sweep_expired_leases: end every expired lease as a failed attempt
+ * with code WORKER_CRASHED (retried per the job's policy; Cancelled when
+ * the job was flagged).  Looks at up to limit expired leases, oldest
+ * first, after skipping *offset of them; *more says whether there may be
+ * others.  SPI must be connected.  Returns the number swept.
+ */
+int64
+silo_sweep_expired_leases(TimestampTz now, int limit, int64 *offset, bool *more)
+{
+	static SPIPlanPtr plan = NULL;
+
+	return silo_run_listed(&plan,
+						   "SELECT task_id FROM silo.task_lease WHERE expires_at <= $1"
+						   " ORDER BY expires_at, task_id OFFSET $3 LIMIT $2",
+						   now, limit, offset, more, maint_sweep_item, maint_sweep_describe);
+}
+
+static bool
+maint_chain_item(int i, void *arg, TimestampTz now)
+{
+	static SPIPlanPtr take_plan = NULL;
+	static SPIPlanPtr job_plan = NULL;
+	static const Oid types[4] = {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID};
+	SiloListed *l = (SiloListed *) arg;
+	Datum		values[4];
+	SiloChainJob job;
+	bool		isnull;
+	int			at;
+	ItemPointerData status_tid;
+
+	values[0] = CStringGetTextDatum(SILO_CELL(l, i, 0));
+	values[1] = CStringGetTextDatum(SILO_CELL(l, i, 1));
+	values[2] = Int32GetDatum(pg_strtoint32(SILO_CELL(l, i, 2)));
+	values[3] = TimestampTzGetDatum(now);
+	/* The job row first (every path locks it before keys), then the task. */
+	silo_exec(&job_plan,
+			  "SELECT ctid FROM silo.job_status WHERE tenant = $1 AND id = $2 AND status = 'Pending'"
+			  " AND attempt = $3 FOR UPDATE NOWAIT",
+			  4, types, values, NULL, false, 0);
+	if (SPI_processed != 1)
+		return false;
+	status_tid = *(ItemPointer) DatumGetPointer(silo_col(0, 1, &isnull));
+	silo_exec(&take_plan,
+			  "DELETE FROM silo.chain_task WHERE tenant = $1 AND job_id = $2 AND attempt = $3"
+			  " AND run_at <= $4"
+			  " RETURNING relative_attempt, task_id, task_group, priority, seq, start_at,"
+			  "   limit_index, rate_checks, holds",
+			  4, types, values, NULL, false, 0);
+	if (SPI_processed != 1)
+		return false;
+
+	memset(&job, 0, sizeof(job));
+	job.tenant = SILO_CELL(l, i, 0);
+	job.job_id = SILO_CELL(l, i, 1);
+	job.attempt = DatumGetInt32(values[2]);
+	job.relative_attempt = silo_col_int32(0, 1);
+	job.task_id = datumCopy(silo_col(0, 2, &isnull), false, UUID_LEN);
+	job.task_group = silo_col_text(0, 3);
+	job.priority = DatumGetInt16(silo_col(0, 4, &isnull));
+	job.seq = silo_col_int64(0, 5);
+	job.start_at = silo_col_ts(0, 6, NULL);
+	at = DatumGetInt16(silo_col(0, 7, &isnull));
+	job.rate_checks = silo_col_int32(0, 8);
+	job.holds = silo_holds_list(silo_col(0, 9, &isnull));
+	/* where its status row is: a hint for the task the walk may write */
+	job.status_tid = status_tid;
+	job.has_status_tid = true;
+	silo_chain_load_limits(&job);
+	at = silo_chain_resume(&job, at, SILO_CHAIN_BROKER, now);
+	if (at >= 0)
+		silo_fail_rate_limited(&job, at, now);
+	return true;
+}
+
+static char *
+maint_chain_describe(int i, void *arg)
+{
+	SiloListed *l = (SiloListed *) arg;
+
+	return psprintf("walk the limits of job \"%s\" of tenant \"%s\"",
+					SILO_CELL(l, i, 1), SILO_CELL(l, i, 0));
+}
+
+/*
+ * silo_run_chain_tasks: walk the chain tasks whose time has come (future
+ * starts of jobs with limits, rate-limit re-checks, deferred steps), up
+ * to limit of them after skipping *offset busy ones.  Returns the number
+ * walked.
+ */
+int64
+silo_run_chain_tasks(TimestampTz now, int limit, int64 *offset, bool *more)
+{
+	static SPIPlanPtr plan = NULL;
+
+	return silo_run_listed(&plan,
+						   "SELECT tenant, job_id, attempt FROM silo.chain_task WHERE run_at <= $1"
+						   " ORDER BY run_at, priority, start_at, seq OFFSET $3 LIMIT $2",
+						   now, limit, offset, more, maint_chain_item, maint_chain_describe);
+}
+
+/*
+ * silo_next_due_at: when the broker has work next: the earliest future
+ * task, chain task, regrant marker or floating-limit check; false when
+ * there is none.  SPI must be connected.
+ */
+bool
+silo_next_due_at(TimestampTz *next)
+{
+	static SPIPlanPtr plan = NULL;
+	bool		isnull;
+
+	silo_exec(&plan,
+			  "SELECT least((SELECT min(start_at) FROM silo.task WHERE NOT due),"
+			  "             (SELECT min(run_at) FROM silo.chain_task),"
+			  "             (SELECT min(marked_at) FROM silo.concurrency_regrant),"
+			  "             (SELECT min(refresh_check_at) FROM silo.floating_limit))",
+			  0, NULL, NULL, NULL, true, 0);
+	*next = silo_col_ts(0, 1, &isnull);
+	return !isnull;
+}
+
+/*
+ * silo_maintenance_round: silo.run_maintenance's work, one round of the
+ * broker's passes in the caller's transaction: *promoted gets the tasks
+ * promoted and chain tasks walked, *swept the leases swept.
+ */
+void
+silo_maintenance_round(TimestampTz now, int64 *promoted_out, int64 *swept_out)
+{
+	silo_spi_connect();
+	{
+		int64		promoted = silo_promote_due_tasks(now);
+		int64		swept = 0;
+		int64		offset = 0;
+		bool		more;
+
+		do
+		{
+			promoted += silo_run_chain_tasks(now, 1000, &offset, &more);
+			CHECK_FOR_INTERRUPTS();
+		} while (more);
+		offset = 0;
+		do
+		{
+			(void) silo_run_regrants(now, 1000, &offset, &more);
+			CHECK_FOR_INTERRUPTS();
+		} while (more);
+		offset = 0;
+		do
+		{
+			swept += silo_sweep_expired_leases(now, 1000, &offset, &more);
+			CHECK_FOR_INTERRUPTS();
+		} while (more);
+		offset = 0;
+		do
+		{
+			(void) silo_check_floating_limits(now, 1000, &offset, &more);
+			CHECK_FOR_INTERRUPTS();
+		} while (more);
+		(void) silo_purge_idle_buckets(now);
+		*promoted_out = promoted;
+		*swept_out = swept;
+	}
+	silo_spi_finish();
+}
+
+/*
+ * silo_purge_jobs: silo.purge_terminal_jobs's work: delete terminal jobs
+ * whose status changed before before, with their attempts, metadata and
+ * flags, in batches; at most max_jobs.  Returns how many.
+ */
+int64
+silo_purge_jobs(int32 max_jobs, TimestampTz before)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[2] = {TIMESTAMPTZOID, INT4OID};
+	Datum		values[2];
+	int64		total = 0;
+
+	values[0] = TimestampTzGetDatum(before);
+	silo_spi_connect();
+	while (total < max_jobs)
+	{
+		int64		n;
+
+		values[1] = Int32GetDatum((int32) Min(PURGE_BATCH, max_jobs - total));
+		silo_exec(&plan,
+				  "WITH j AS ("
+				  "  SELECT tenant, id, status, changed_at FROM silo.job_status"
+				  "   WHERE status <> 'Pending' AND changed_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED),"
+				  " x AS (DELETE FROM silo.job_status_index x USING j"
+				  "   WHERE x.tenant = j.tenant AND x.status = j.status"
+				  "     AND x.changed_at = j.changed_at AND x.id = j.id),"
+				  " a AS (DELETE FROM silo.attempt x USING j"
+				  "   WHERE x.tenant = j.tenant AND x.job_id = j.id),"
+				  " m AS (DELETE FROM silo.job_metadata x"
+				  "   USING j, silo.job_info i, jsonb_each_text(i.metadata) e"
+				  "   WHERE i.tenant = j.tenant AND i.id = j.id AND x.tenant = j.tenant"
+				  "     AND x.key = e.key AND x.value = e.value AND x.job_id = j.id),"
+				  " c AS (DELETE FROM silo.job_cancellation x USING j"
+				  "   WHERE x.tenant = j.tenant AND x.job_id = j.id),"
+				  " i AS (DELETE FROM silo.job_info x USING j"
+				  "   WHERE x.tenant = j.tenant AND x.id = j.id),"
+				  " s AS (DELETE FROM silo.job_status x USING j"
+				  "   WHERE x.tenant = j.tenant AND x.id = j.id RETURNING 1)"
+				  "SELECT count(*) FROM s",
+				  2, types, values, NULL, false, 0);
+		n = silo_col_int64(0, 1);
+		total += n;
+		if (n < DatumGetInt32(values[1]))
+			break;
+		CHECK_FOR_INTERRUPTS();
+	}
+	silo_spi_finish();
+	return total;
+}

@@ -1,0 +1,110 @@
+/*-------------------------------------------------------------------------
+ *
+ * silo_core.h
+ *	  Job state changes: enqueue, lease, heartbeat, the end of an attempt
+ *	  (alone, in a batch, by the sweep), operations on a whole job, the
+ *	  broker's maintenance passes and the lease marks.  Called by api/,
+ *	  bgw/ and module/; calls limits/, ipc/, storage/ and util/
+ *	  (src/README.md has the layers).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SILO_CORE_H
+#define SILO_CORE_H
+
+#include "silo_limits.h"
+
+#include "funcapi.h"
+
+/* leasemark.c: a position in task_ready order (priority, start_at, seq) */
+typedef struct SiloMarkKey
+{
+	int16		priority;
+	int64		start_at;
+	int64		seq;
+} SiloMarkKey;
+
+extern const SiloMarkKey silo_mark_lowest;
+extern int	silo_mark_cmp(const SiloMarkKey *a, const SiloMarkKey *b);
+extern void silo_mark_shmem_request(void);
+extern void silo_mark_shmem_startup(void);
+extern void silo_mark_init(void);
+extern bool silo_mark_enabled(Relation task_rel);
+extern void silo_mark_begin(const char *task_group, Oid task_relid, SiloMarkKey *start,
+							uint64 *gen);
+extern void silo_mark_raise(const char *task_group, uint64 gen, const SiloMarkKey *key);
+extern void silo_mark_owe(const char *task_group, const SiloMarkKey *key, bool at_commit);
+extern void silo_mark_xact_end(bool commit);
+extern void silo_mark_subxact_abort(void);
+extern void silo_mark_pre_prepare(void);
+
+/* enqueue.c */
+typedef struct SiloEnqueueArgs
+{
+	char	   *task_group;
+	Jsonb	   *payload;
+	char	   *tenant;
+	char	   *id;				/* NULL: generate a UUID */
+	int32		priority;
+	TimestampTz start_at;
+	SiloRetryPolicy retry;
+	Jsonb	   *limits;			/* normalized by enqueue_validate */
+	Jsonb	   *metadata;
+	bool		ignore_conflict;
+	int			nlimits;		/* set by enqueue_validate */
+	SiloLimit  *parsed_limits;
+	List	  **chains;			/* if set, limit walks are appended here for
+								 * the caller to start, not started */
+} SiloEnqueueArgs;
+
+extern char *silo_enqueue_job(SiloEnqueueArgs *args);
+extern void silo_enqueue_start_chains(List *chains);
+
+/* lease.c */
+extern void silo_lease_tasks(ReturnSetInfo *rsinfo, const char *worker_id,
+							 const char *task_group, int32 max_tasks, int32 lease_ms);
+extern bool silo_heartbeat_lease(Datum task_id, const char *worker_id, int32 lease_ms);
+
+/* outcome.c */
+typedef enum SiloOutcome
+{
+	SILO_OUTCOME_SUCCEEDED,
+	SILO_OUTCOME_FAILED,
+	SILO_OUTCOME_CANCELLED
+} SiloOutcome;
+
+extern void silo_take_reported_lease(Datum task_id, const char *worker_id, TimestampTz now,
+									 const char *kind, SiloLease *lease);
+extern void silo_finish_attempt(SiloLease *lease, SiloOutcome outcome,
+								Jsonb *result, const char *error_code,
+								Jsonb *error_data, TimestampTz now, bool nowait);
+extern int64 silo_retry_delay_ms(const SiloRetryPolicy *policy, int32 retry_number);
+extern void silo_report_outcome(Datum task_id, const char *worker_id, SiloOutcome outcome,
+								Jsonb *result, const char *error_code, Jsonb *error_data);
+extern void silo_release_task(Datum task_id, const char *worker_id);
+extern void silo_report_refresh_end(Datum task_id, const char *worker_id,
+									SiloFloatingEnd how, int32 new_max, const char *error);
+extern void silo_fail_rate_limited(SiloChainJob *job, int at, TimestampTz now);
+
+/* batch.c */
+extern void silo_complete_batch(ReturnSetInfo *rsinfo, int ntasks, Datum *ids,
+								Datum *results, bool *result_nulls, const char *worker_id);
+
+/* jobops.c */
+extern void silo_job_cancel(const char *tenant, const char *id, const char *fn);
+extern void silo_job_restart(const char *tenant, const char *id, const char *fn);
+extern void silo_job_expedite(const char *tenant, const char *id, const char *fn);
+extern bool silo_job_delete(const char *tenant, const char *id);
+extern void silo_job_read_result(ReturnSetInfo *rsinfo, const char *tenant, const char *id);
+
+/* maintenance.c */
+extern int	silo_retention_s;	/* GUC silo.retention */
+extern int64 silo_promote_due_tasks(TimestampTz now);
+extern int64 silo_sweep_expired_leases(TimestampTz now, int limit, int64 *offset,
+									   bool *more);
+extern int64 silo_run_chain_tasks(TimestampTz now, int limit, int64 *offset, bool *more);
+extern void silo_maintenance_round(TimestampTz now, int64 *promoted, int64 *swept);
+extern int64 silo_purge_jobs(int32 max_jobs, TimestampTz before);
+extern bool silo_next_due_at(TimestampTz *next);
+
+#endif							/* SILO_CORE_H */

@@ -1,0 +1,52 @@
+/*-------------------------------------------------------------------------
+ *
+ * silo_ipc.h
+ *	  What silo's processes tell each other: wake-up notifications for
+ *	  workers (coalesced per task group), the broker's latch and round
+ *	  requests, and shared hints.  Calls only util/ (src/README.md has
+ *	  the layers).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SILO_IPC_H
+#define SILO_IPC_H
+
+#include "silo_util.h"
+
+#include "mb/pg_wchar.h"
+
+/* The channel every wake-up goes to; the payload is the task group. */
+#define SILO_NOTIFY_CHANNEL		"silo_task_ready"
+
+/* groups coalesced at most; a task group name is at most SILO_MAX_GROUP_LEN
+ * characters, not bytes */
+#define SILO_NOTIFY_ENTRIES 512
+#define SILO_NOTIFY_NAME_BYTES (SILO_MAX_GROUP_LEN * MAX_MULTIBYTE_CHAR_LEN + 1)
+
+/* shmem.c */
+extern void silo_ipc_shmem_request(void);
+extern void silo_ipc_shmem_startup(void);
+extern void silo_shmem_set_broker(bool attach);
+extern int	silo_shmem_broker_pid(void);
+extern void silo_wake_broker(void);
+extern void silo_wake_broker_latch(void);
+extern void silo_wake_broker_at_commit(void);
+extern void silo_ipc_xact_end(bool commit);
+extern bool silo_broker_take_tick_request(void);
+extern bool silo_refresh_hint(void);
+extern void silo_set_refresh_hint(bool on);
+
+/* notify.c */
+extern int	silo_notify_coalesce_ms;	/* GUC silo.notify_coalesce_ms */
+extern void silo_notify_shmem_request(void);
+extern void silo_notify_shmem_startup(void);
+extern void silo_notify_group(const char *task_group);
+extern void silo_notify_pre_commit(void);
+extern void silo_notify_post_commit(void);
+extern void silo_notify_forget(void);
+extern void silo_notify_subxact_end(bool commit);
+extern bool silo_notify_any_pending(void);
+extern long silo_notify_send_deferred(char (*sent)[SILO_NOTIFY_NAME_BYTES], int *nsent);
+extern void silo_notify_requeue(char (*sent)[SILO_NOTIFY_NAME_BYTES], int nsent);
+
+#endif							/* SILO_IPC_H */

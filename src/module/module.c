@@ -1,0 +1,241 @@
+/*-------------------------------------------------------------------------
+ *
+ * module.c
+ *	  Module load: GUCs, shared memory hooks, the broker's registration and
+ *	  the transaction callbacks.  The only place that knows every
+ *	  subsystem: each keeps its own state, and this file calls each at the
+ *	  moments PostgreSQL gives (src/README.md has the layers).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "silo_module.h"
+
+#include <limits.h>
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "utils/guc.h"
+
+PG_MODULE_MAGIC;
+
+static char *silo_library_version = NULL;
+
+static shmem_request_hook_type silo_prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type silo_prev_shmem_startup_hook = NULL;
+
+void		_PG_init(void);
+static void silo_define_gucs(void);
+static void silo_register_broker(void);
+static void silo_xact_callback(XactEvent event, void *arg);
+static void silo_subxact_callback(SubXactEvent event, SubTransactionId my_subid,
+								  SubTransactionId parent_subid, void *arg);
+static void silo_request_shmem_hook(void);
+static void silo_startup_shmem_hook(void);
+
+/*
+ * _PG_init: define the GUCs, and when preloaded, request shared memory and
+ * register the broker.  Without preloading the SQL functions still work;
+ * only the broker and the notification coalescing are missing.
+ */
+void
+_PG_init(void)
+{
+	silo_define_gucs();
+
+	/* Every backend that loads silo needs this, preloaded or not. */
+	RegisterXactCallback(silo_xact_callback, NULL);
+	silo_planner_init();
+	RegisterSubXactCallback(silo_subxact_callback, NULL);
+	silo_mark_init();
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	silo_prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = silo_request_shmem_hook;
+	silo_prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = silo_startup_shmem_hook;
+
+	if (!IsBinaryUpgrade)
+		silo_register_broker();
+}
+
+/*
+ * silo_define_gucs: every silo.* setting, documented in docs/operations.md.
+ */
+static void
+silo_define_gucs(void)
+{
+	DefineCustomStringVariable("silo.database",
+							   "Database the silo broker serves.",
+							   "Must equal cron.database_name: pg_cron installs only there.",
+							   &silo_database,
+							   "postgres",
+							   PGC_POSTMASTER,
+							   0,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("silo.retention",
+							"How long terminal jobs are kept before the purge removes them.",
+							"0 keeps terminal jobs forever.",
+							&silo_retention_s,
+							7 * 24 * 3600,
+							0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("silo.broker_paused",
+							 "Pauses the broker's promotion and lease sweep.",
+							 "For tests that drive silo.run_maintenance() themselves.",
+							 &silo_broker_paused,
+							 false,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("silo.notify_coalesce_ms",
+							"Minimum interval between two wake-up notifications for one task group.",
+							"0 notifies on every enqueue of a due job.",
+							&silo_notify_coalesce_ms,
+							1,
+							0, 60000,
+							PGC_SUSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("silo.clock_offset_ms",
+							"Test hook: shifts silo's clock by this many milliseconds.",
+							"Read by every SQL function and by the broker.",
+							&silo_clock_offset_ms,
+							0,
+							INT_MIN, INT_MAX,
+							PGC_SUSET,
+							GUC_UNIT_MS | GUC_SUPERUSER_ONLY,
+							NULL, NULL, NULL);
+
+	/*
+	 * Read-only: the version of the library this server runs (since 1.5),
+	 * which an upgrade script checks before changing what the library
+	 * reads and writes.
+	 */
+	DefineCustomStringVariable("silo.library_version",
+							   "Version of the silo library loaded in this server.",
+							   NULL,
+							   &silo_library_version,
+							   SILO_EXTENSION_VERSION,
+							   PGC_INTERNAL,
+							   GUC_NOT_IN_SAMPLE | GUC_DISALLOW_IN_FILE,
+							   NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("silo");
+}
+
+/*
+ * silo_register_broker: the broker is a static background worker that
+ * restarts a second after it exits or crashes.
+ */
+static void
+silo_register_broker(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 1;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "silo");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "silo_broker_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "silo broker");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "silo broker");
+	RegisterBackgroundWorker(&worker);
+}
+
+/*
+ * silo_xact_callback: sends the transaction's coalesced wake-up
+ * notifications at pre-commit (hands the skipped ones to the broker after
+ * the commit), wakes the broker after a commit that asked for it, and
+ * forgets both on abort; settles the lease marks the transaction owes
+ * (leasemark.c) either way.
+ */
+static void
+silo_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			silo_notify_pre_commit();
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			/* NOTIFY cannot be prepared; workers will find the work by polling. */
+			silo_notify_forget();
+			silo_mark_pre_prepare();
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			silo_mark_xact_end(true);
+			silo_notify_post_commit();
+			silo_ipc_xact_end(true);
+			silo_limits_xact_end();
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			silo_planning_own = false;	/* an error inside silo_exec */
+			silo_ipc_xact_end(false);
+			silo_mark_xact_end(false);
+			silo_notify_forget();
+			silo_limits_xact_end();
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * silo_subxact_callback: a rolled-back subtransaction (a savepoint, a
+ * plpgsql exception block) takes its wake-ups with it.
+ */
+static void
+silo_subxact_callback(SubXactEvent event, SubTransactionId my_subid,
+					  SubTransactionId parent_subid, void *arg)
+{
+	if (event == SUBXACT_EVENT_COMMIT_SUB)
+		silo_notify_subxact_end(true);
+	else if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
+		silo_notify_subxact_end(false);
+		silo_mark_subxact_abort();
+		silo_planning_own = false;	/* an error caught inside silo_exec */
+	}
+}
+
+/*
+ * silo_request_shmem_hook: chain, then reserve silo's shared memory.
+ */
+static void
+silo_request_shmem_hook(void)
+{
+	if (silo_prev_shmem_request_hook)
+		silo_prev_shmem_request_hook();
+	silo_ipc_shmem_request();
+	silo_mark_shmem_request();
+}
+
+/*
+ * silo_startup_shmem_hook: chain, then attach to (or create) silo's
+ * shared memory.
+ */
+static void
+silo_startup_shmem_hook(void)
+{
+	if (silo_prev_shmem_startup_hook)
+		silo_prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	silo_ipc_shmem_startup();
+	silo_mark_shmem_startup();
+	LWLockRelease(AddinShmemInitLock);
+}

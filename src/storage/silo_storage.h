@@ -1,0 +1,133 @@
+/*-------------------------------------------------------------------------
+ *
+ * silo_storage.h
+ *	  How silo reaches its tables: statements through SPI, rows through
+ *	  the access methods (direct.c), the status/time index 0x03, the
+ *	  lease rows, and the paged batch runner the broker's passes use.
+ *	  Calls only util/ (src/README.md has the layers).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SILO_STORAGE_H
+#define SILO_STORAGE_H
+
+#include "silo_util.h"
+
+#include "access/skey.h"
+#include "access/tableam.h"
+#include "executor/spi.h"
+#include "nodes/pg_list.h"
+#include "utils/relcache.h"
+
+/* spi.c */
+extern void silo_spi_connect(void);
+extern void silo_spi_finish(void);
+extern int	silo_exec(SPIPlanPtr *plan, const char *sql, int nargs,
+					  const Oid *argtypes, Datum *values, const char *nulls,
+					  bool read_only, long count);
+extern Datum silo_col(int row, int col, bool *isnull);
+extern char *silo_col_text(int row, int col);
+extern int32 silo_col_int32(int row, int col);
+extern int64 silo_col_int64(int row, int col);
+extern bool silo_col_bool(int row, int col);
+extern TimestampTz silo_col_ts(int row, int col, bool *isnull);
+
+/* planner.c */
+extern bool silo_planning_own;
+extern void silo_planner_init(void);
+
+/* direct.c: rows read and written through the access methods */
+typedef struct SiloDirect SiloDirect;
+typedef struct SiloTable SiloTable;
+
+typedef enum SiloTableMode
+{
+	SILO_TABLE_READ,			/* rows are read */
+	SILO_TABLE_DELETE,			/* rows are read, locked and deleted */
+	SILO_TABLE_WRITE			/* rows are also inserted and updated */
+} SiloTableMode;
+
+extern SiloDirect *silo_direct_begin(void);
+extern void silo_direct_end(SiloDirect *d);
+extern Snapshot silo_direct_snapshot(SiloDirect *d);
+extern void silo_direct_new_snapshot(SiloDirect *d);
+extern SiloTable *silo_table_open(SiloDirect *d, const char *relname,
+								  const char *const *cols, int ncols,
+								  const char *index, SiloTableMode mode);
+extern bool silo_table_fetch(SiloTable *t, int nkeys, const Datum *keys);
+extern bool silo_table_fetch_tid(SiloTable *t, ItemPointer tid);
+extern bool silo_table_fetch_ascending(SiloTable *t, Datum key);
+extern bool silo_table_fetch_hinted(SiloTable *t, Datum hint, bool hint_null, int nkeys,
+									const Datum *keys);
+extern void silo_table_scan_start(SiloTable *t, ScanKey keys, int nkeys);
+extern bool silo_table_scan_next(SiloTable *t);
+extern Datum silo_table_get(SiloTable *t, int col, bool *isnull);
+extern ItemPointer silo_table_tid(SiloTable *t);
+extern void silo_table_insert(SiloTable *t, const Datum *values, const bool *nulls);
+extern void silo_table_batch(SiloTable *t);
+extern void silo_table_flush(SiloTable *t);
+extern TM_Result silo_table_delete(SiloTable *t);
+extern TM_Result silo_table_delete_skip_locked(SiloTable *t);
+extern TM_Result silo_table_update(SiloTable *t, int n, const int *cols,
+								   const Datum *values, const bool *nulls);
+extern bool silo_text_datum_is(Datum d, const char *s);
+extern bool silo_text_datums_equal(Datum a, Datum b);
+
+/* statusindex.c: 0x03 */
+extern SiloTable *silo_status_index_open(SiloDirect *d);
+extern void silo_status_index_move_in(SiloTable *idx, Datum tenant, Datum id,
+									  Datum old_status, TimestampTz old_at,
+									  Datum hint, bool hint_null,
+									  Datum new_status, TimestampTz new_at);
+extern bool silo_status_index_exists(void);
+extern void silo_status_index_move(const char *tenant, const char *id,
+								   const char *old_status, TimestampTz old_at,
+								   const char *new_status, TimestampTz new_at);
+
+/* leases.c: rows of silo.task_lease */
+
+/* A lease row, as taken (deleted) by a report or by the sweep. */
+typedef struct SiloLease
+{
+	Datum		task_id;
+	char	   *kind;
+	char	   *task_group;
+	char	   *tenant;
+	char	   *job_id;
+	int32		attempt;
+	int32		relative_attempt;
+	int32		priority;
+	TimestampTz start_at;
+	int64		seq;
+	char	   *worker_id;
+	TimestampTz started_at;
+	TimestampTz expires_at;
+	bool		limited;		/* the job has limits: holds is set */
+	List	   *holds;			/* keys the task holds */
+} SiloLease;
+
+extern bool silo_lease_take(Datum task_id, SiloLease *lease);
+extern bool silo_lease_take_expired(Datum task_id, TimestampTz now, SiloLease *lease);
+extern void silo_lease_delete_nowait(Datum task_id);
+extern Datum silo_holds_datum(List *holds);
+extern List *silo_holds_list(Datum arr);
+
+/* runner.c: the broker's paged passes, one subtransaction per item */
+typedef bool (*SiloItemFn) (int i, void *arg, TimestampTz now);
+typedef char *(*SiloItemDescribeFn) (int i, void *arg);
+
+/* Rows listed by silo_run_listed: every column as text, row-major. */
+typedef struct SiloListed
+{
+	int			ncols;
+	char	  **cells;
+} SiloListed;
+#define SILO_CELL(l, i, c)	((l)->cells[(i) * (l)->ncols + (c)])
+
+extern int64 silo_run_isolated(int n, SiloItemFn fn, SiloItemDescribeFn describe, void *arg,
+							   TimestampTz now, int64 *offset);
+extern int64 silo_run_listed(SPIPlanPtr *plan, const char *sql, TimestampTz now, int limit,
+							 int64 *offset, bool *more, SiloItemFn fn,
+							 SiloItemDescribeFn describe);
+
+#endif							/* SILO_STORAGE_H */
