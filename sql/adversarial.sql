@@ -44,6 +44,12 @@ SELECT silo.enqueue(repeat('😀', 64), tenant => repeat('😀', 64), id => repe
 SELECT task_group = repeat('😀', 64) AS group_kept, tenant = repeat('😀', 64) AS tenant_kept,
 	   octet_length(job_id) AS id_bytes, silo.complete(task_id, 'w') IS NOT NULL AS completed
   FROM silo.lease('w', repeat('😀', 64));
+-- (complete ended the attempt and the job: Succeeded, one Succeeded
+-- attempt of worker w, no lease or task left)
+SELECT j.status, a.attempt, a.status AS attempt_status, a.worker_id, a.finished_at IS NOT NULL AS finished,
+	   a.result IS NULL AS no_result, test_helpers.job_rows(j.tenant, j.id) AS job_rows
+  FROM silo.jobs j JOIN silo.attempts a ON a.tenant = j.tenant AND a.job_id = j.id
+ WHERE j.tenant = repeat('😀', 64) AND j.id = repeat('😀', 128);
 SELECT pg_temp.counts();
 SELECT pg_temp.fingerprint() AS fp \gset
 
@@ -85,6 +91,10 @@ SELECT test_helpers.sqlstate_of(format('SELECT silo.enqueue(%L, tenant => %L, id
 SELECT test_helpers.sqlstate_of(format('SELECT silo.restart(%L, %L)', E'%d %s {} \\" it''s', E'it''s "%s" \\')) AS restart_odd_id;
 SELECT silo.cancel(E'%d %s {} \\" it''s', E'it''s "%s" \\');
 SELECT status FROM silo.job_result(E'%d %s {} \\" it''s', E'it''s "%s" \\');
+-- (a Waiting job is cancelled at once: flagged, its task deleted, no
+-- attempt written)
+SELECT status, cancelled_at IS NOT NULL AS flagged, test_helpers.job_rows(tenant, id) AS job_rows
+  FROM silo.jobs WHERE tenant = E'it''s "%s" \\' AND id = E'%d %s {} \\" it''s';
 SELECT silo.delete_job(E'%d %s {} \\" it''s', E'it''s "%s" \\') AS deleted;
 SELECT test_helpers.rows(E'it''s "%s" \\');
 
@@ -112,7 +122,21 @@ SELECT j.id, j.status, j.next_attempt_at = i.start_at AS starts_as_given, i.star
 SELECT promoted FROM silo.run_maintenance();
 SELECT job_id FROM silo.lease('w', 'times', 10, 3600000);
 SELECT silo.expedite('last-microsecond', 'times');
+-- (its task is due now -- made due in silo.task, start = now -- and it
+-- is still attempt 1; job_info keeps the start the producer asked for)
+SELECT j.status, j.current_attempt, t.attempt AS task_attempt, t.relative_attempt, t.due,
+	   t.start_at BETWEEN silo.now() - interval '1 minute' AND silo.now() AS starts_now,
+	   t.start_at = j.next_attempt_at AS task_start_is_next_attempt,
+	   i.start_at = '294276-12-31 23:59:59.999999+00' AS requested_start_kept
+  FROM silo.jobs j
+  JOIN silo.task t ON t.tenant = j.tenant AND t.job_id = j.id
+  JOIN silo.job_info i ON i.tenant = j.tenant AND i.id = j.id
+ WHERE j.tenant = 'times' AND j.id = 'last-microsecond';
 SELECT silo.cancel('last-second', 'times');
+-- (a Scheduled job is cancelled at once: flagged, its future task
+-- deleted, no attempt written)
+SELECT status, cancelled_at IS NOT NULL AS flagged, test_helpers.job_rows(tenant, id) AS job_rows
+  FROM silo.jobs WHERE tenant = 'times' AND id = 'last-second';
 SELECT id, status FROM silo.jobs WHERE tenant = 'times' ORDER BY id;
 SELECT job_id FROM silo.lease('w', 'times', 10, 3600000) ORDER BY job_id;
 SELECT test_helpers.rows('times');
@@ -242,12 +266,27 @@ SELECT payload->>'s' = E'\U0001F600 " \\ \n \u00e9' AS escapes_decoded FROM pl_l
 -- results and error data of any shape and size round-trip too
 SELECT silo.complete(task_id, 'w', jsonb_build_object('blob', repeat('y', 10 * 1024 * 1024)))
   FROM pl_leased WHERE job_id = 'ten-mb';
+-- (the Succeeded attempt holds the whole result; no lease or task left)
+SELECT j.status, a.attempt, a.status AS attempt_status, a.worker_id,
+	   a.result = jsonb_build_object('blob', repeat('y', 10 * 1024 * 1024)) AS result_stored,
+	   test_helpers.job_rows(j.tenant, j.id) AS job_rows
+  FROM silo.jobs j JOIN silo.attempts a ON a.tenant = j.tenant AND a.job_id = j.id
+ WHERE j.tenant = 'pl' AND j.id = 'ten-mb';
 SELECT silo.fail(task_id, 'w', 'DEEP', (repeat('[', 5000) || repeat(']', 5000))::jsonb)
   FROM pl_leased WHERE job_id = 'deep-array';
+-- (no retry policy: the failure is final; the Failed attempt holds the
+-- code and the whole error data; no lease, no retry task)
+SELECT j.status, a.attempt, a.status AS attempt_status, a.error_code,
+	   a.error_data = (repeat('[', 5000) || repeat(']', 5000))::jsonb AS error_data_stored,
+	   test_helpers.job_rows(j.tenant, j.id) AS job_rows
+  FROM silo.jobs j JOIN silo.attempts a ON a.tenant = j.tenant AND a.job_id = j.id
+ WHERE j.tenant = 'pl' AND j.id = 'deep-array';
 SELECT status, octet_length(result->>'blob') AS result_blob_bytes FROM silo.job_result('ten-mb', 'pl');
 SELECT status, error_code, error_data = (repeat('[', 5000) || repeat(']', 5000))::jsonb AS error_data_round_trips
   FROM silo.job_result('deep-array', 'pl');
 SELECT silo.delete_job('ten-mb', 'pl') AS deleted_ten_mb;
+-- (and took its attempt with it)
+SELECT test_helpers.job_rows('pl', 'ten-mb') AS ten_mb_rows;
 -- every kind of JSON result; a JSON null result is not SQL NULL
 SELECT silo.enqueue('res', tenant => 'res', id => 'r' || n) FROM generate_series(1, 8) n;
 CREATE TEMP TABLE res_leased AS SELECT * FROM silo.lease('w', 'res', 8, 3600000);
@@ -256,6 +295,11 @@ SELECT job_id, silo.complete(task_id, 'w', r::jsonb) IS NOT NULL AS completed
   JOIN (VALUES ('r1', 'null'), ('r2', '0'), ('r3', '-1.5'), ('r4', '"s"'), ('r5', '[]'),
 			   ('r6', '{}'), ('r7', 'false'), ('r8', NULL)) v(id, r) ON v.id = job_id
  ORDER BY job_id;
+-- (eight Succeeded attempts, no lease or task left)
+SELECT count(*) AS attempts, count(*) FILTER (WHERE status = 'Succeeded') AS succeeded,
+	   (SELECT count(*) FROM silo.leases WHERE tenant = 'res') AS leases,
+	   (SELECT count(*) FROM silo.tasks WHERE tenant = 'res') AS tasks
+  FROM silo.attempts WHERE tenant = 'res';
 SELECT id, r.status, r.result, r.result IS NULL AS sql_null, jsonb_typeof(r.result) AS json_type
   FROM silo.job_info i, silo.job_result(i.id, 'res') r WHERE i.tenant = 'res' ORDER BY id;
 
@@ -298,6 +342,14 @@ SELECT count(*) AS metadata_rows, max(octet_length(key)) AS key_bytes, max(octet
   FROM silo.job_metadata WHERE tenant = repeat('😀', 64);
 SELECT silo.fail(task_id, repeat('😀', 256), repeat('😀', 256), jsonb_build_object('w', repeat('😀', 256)))
   FROM silo.lease(repeat('😀', 256), repeat('😀', 64), 1, 3600000);
+-- (the Failed attempt keeps the widest worker id, error code and data;
+-- no retry policy, so no lease or task is left)
+SELECT j.status, a.status AS attempt_status, length(a.worker_id) AS worker_id_chars,
+	   length(a.error_code) AS error_code_chars,
+	   a.error_data = jsonb_build_object('w', repeat('😀', 256)) AS error_data_stored,
+	   test_helpers.job_rows(j.tenant, j.id) AS job_rows
+  FROM silo.jobs j JOIN silo.attempts a ON a.tenant = j.tenant AND a.job_id = j.id
+ WHERE j.tenant = repeat('😀', 64) AND j.id = repeat('😃', 128);
 SELECT status, octet_length(error_code) AS error_code_bytes FROM silo.job_result(repeat('😃', 128), repeat('😀', 64));
 SELECT silo.delete_job(repeat('😃', 128), repeat('😀', 64)) AS deleted,
 	   silo.delete_job(repeat('😀', 128), repeat('😀', 64)) AS deleted_first;
@@ -482,7 +534,17 @@ SELECT silo.heartbeat(:'t', 'worker', 100) AS cancelled, silo.heartbeat(:'t', 'w
 -- (the fingerprint sees a heartbeat, which changes only expires_at: the
 -- failed heartbeats above really changed nothing)
 SELECT pg_temp.fingerprint() <> :'fp' AS fingerprint_sees_heartbeat;
+-- (the last heartbeat set the expiry to an hour from now)
+SELECT expires_at - silo.now() BETWEEN interval '59 minutes' AND interval '60 minutes' AS expires_in_an_hour, expired
+  FROM silo.leases WHERE task_id = :'t';
 SELECT silo.fail(:'t', 'worker', repeat('😀', 256));
+-- (no retry policy: the job Failed at once; the leased task's attempt
+-- is recorded Failed with its worker and code; no lease or task left)
+SELECT j.status, a.attempt, a.status AS attempt_status, a.task_id = :'t' AS leased_task, a.worker_id,
+	   length(a.error_code) AS error_code_chars, a.error_data IS NULL AS no_error_data,
+	   test_helpers.job_rows(j.tenant, j.id) AS job_rows
+  FROM silo.jobs j JOIN silo.attempts a ON a.tenant = j.tenant AND a.job_id = j.id
+ WHERE j.tenant = 'rep' AND j.id = 'held';
 SELECT status, length(error_code) AS error_code_chars FROM silo.job_result('held', 'rep');
 
 --
@@ -519,6 +581,13 @@ SELECT tenant, id, status FROM silo.jobs WHERE id = 'shared-id' ORDER BY tenant 
 -- the right tenant works
 SELECT silo.expedite('shared-id', 'acme'), silo.cancel('shared-id', 'Acme');
 SELECT tenant, id, status FROM silo.jobs WHERE id = 'shared-id' ORDER BY tenant COLLATE "C";
+-- (acme's task is due now, still attempt 1, not flagged; Acme's job is
+-- flagged and its task deleted, with no attempt written)
+SELECT j.tenant, j.current_attempt, j.cancelled_at IS NOT NULL AS flagged,
+	   (SELECT bool_and(t.due AND t.start_at BETWEEN silo.now() - interval '1 minute' AND silo.now())
+		  FROM silo.task t WHERE t.tenant = j.tenant AND t.job_id = j.id) AS task_due_now,
+	   test_helpers.job_rows(j.tenant, j.id) AS job_rows
+  FROM silo.jobs j WHERE j.id = 'shared-id' ORDER BY j.tenant COLLATE "C";
 
 --
 -- 13. maintenance and purge

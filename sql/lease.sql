@@ -233,5 +233,29 @@ SELECT pg_stat_get_xact_blocks_fetched('silo.job_info'::regclass)
        - current_setting('lwalk.info')::bigint <= 6 AS one_probe;
 COMMIT;
 
+-- a lease first looks for its own group's due tasks the broker has not
+-- promoted yet (the broker is paused here): 20,000 tasks of group lcliff
+-- come due an hour from now, and with the clock an hour on, a lease of
+-- the empty group lempty reads a few pages of task_future_group (its own
+-- range), not the 20,000 overdue tasks of another group (about 55 leaf
+-- pages of task_future, and their heap pages)
+SELECT count(*) AS enqueued FROM silo.enqueue_many((SELECT jsonb_agg(jsonb_build_object(
+    'task_group', 'lcliff', 'tenant', 'lcliff', 'id', 'c' || g,
+    'start_at', now() + interval '1 hour')) FROM generate_series(1, 20000) g));
+SET silo.clock_offset_ms = 3700000;
+BEGIN;
+SELECT set_config('lcliff.before', (pg_stat_get_xact_blocks_fetched('silo.task_future'::regclass)
+       + pg_stat_get_xact_blocks_fetched('silo.task_future_group'::regclass)
+       + pg_stat_get_xact_blocks_fetched('silo.task'::regclass))::text, true) IS NOT NULL AS counted;
+SELECT count(*) AS leased FROM silo.lease('w1', 'lempty', 1);
+SELECT pg_stat_get_xact_blocks_fetched('silo.task_future'::regclass)
+       + pg_stat_get_xact_blocks_fetched('silo.task_future_group'::regclass)
+       + pg_stat_get_xact_blocks_fetched('silo.task'::regclass)
+       - current_setting('lcliff.before')::bigint <= 6 AS own_group_only;
+COMMIT;
+-- the group's own overdue tasks are still found and leased at once
+SELECT count(*) AS leased FROM silo.lease('w1', 'lcliff', 5);
+RESET silo.clock_offset_ms;
+
 -- 0x03 agrees with every status row the file left behind
 SELECT test_helpers.status_index_mismatches();

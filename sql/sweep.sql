@@ -105,6 +105,19 @@ SELECT attempt, status, error_code, error_data->>'worker_id' AS crashed_worker
   FROM silo.attempts WHERE job_id = 'sw-retry' ORDER BY attempt;
 RESET silo.clock_offset_ms;
 
+-- one call looks at 50 items at most, each in a subtransaction that
+-- writes (a backend caches 64 of them in its snapshot): 120 expired
+-- leases take three calls, 50 + 50 + 20, and nothing is left after them
+SELECT count(*) AS enqueued FROM silo.enqueue_many((SELECT jsonb_agg(jsonb_build_object(
+    'task_group', 'sw-many', 'tenant', 'acme', 'id', 'many-' || g)) FROM generate_series(1, 120) g));
+SELECT count(*) AS leased FROM silo.lease('w3', 'sw-many', 120, lease_ms => 100);
+SET silo.clock_offset_ms = 1000;
+SELECT expired FROM silo.run_maintenance();
+SELECT expired FROM silo.run_maintenance();
+SELECT expired FROM silo.run_maintenance();
+SELECT count(*) AS leases_left FROM silo.leases WHERE task_group = 'sw-many';
+RESET silo.clock_offset_ms;
+
 -- 0x03 agrees with every status row the file left behind, and the views
 -- that read it with silo.jobs
 SELECT test_helpers.status_index_mismatches();

@@ -30,6 +30,25 @@ CREATE EXTENSION silo VERSION '1.0';
 -- a job enqueued under 1.0 (enqueue of jobs without limits works before
 -- the update) runs to the end after it
 SELECT silo.enqueue('upgrade-old', id => 'old1');
+-- every other entry point refuses clearly until the update (55000, the
+-- update as the hint), instead of failing on a missing table or column
+SELECT e AS entry_point, test_helpers.sqlstate_of(e) AS refused FROM unnest(ARRAY[
+  $$SELECT * FROM silo.lease('w', 'upgrade-old')$$,
+  $$SELECT silo.complete('00000000-0000-7000-8000-000000000000', 'w')$$,
+  $$SELECT silo.heartbeat('00000000-0000-7000-8000-000000000000', 'w')$$,
+  $$SELECT silo.cancel('old1')$$,
+  $$SELECT * FROM silo.job_result('old1')$$,
+  $$SELECT * FROM silo.run_maintenance()$$]) e;
+DO $$
+DECLARE
+	hint text;
+BEGIN
+	PERFORM silo.cancel('old1');
+EXCEPTION WHEN object_not_in_prerequisite_state THEN
+	GET STACKED DIAGNOSTICS hint = PG_EXCEPTION_HINT;
+	RAISE NOTICE 'hint: %', hint;
+END
+$$;
 ALTER EXTENSION silo UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'silo';
 SELECT count(silo.complete(task_id, 'w')) AS completed FROM silo.lease('w', 'upgrade-old');
@@ -89,6 +108,20 @@ SELECT test_helpers.status_index_mismatches();
 
 -- re-creating keeps exactly one purge job in pg_cron
 SELECT count(*) FROM cron.job WHERE jobname = 'silo-purge-terminal-jobs';
+
+-- and 1.7's: every table has a primary key with tenant in it (its
+-- replica identity, docs/storage.md "Replication"), and a lease probes its
+-- own group's overdue tasks through task_future_group
+SELECT c.relname, c.relreplident,
+       (SELECT string_agg(a.attname, ', ' ORDER BY k.n)
+          FROM pg_index i
+         CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, n)
+          JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+         WHERE i.indrelid = c.oid AND i.indisprimary) AS primary_key
+  FROM pg_class c
+ WHERE c.relnamespace = 'silo'::regnamespace AND c.relkind = 'r'
+ ORDER BY c.relname;
+SELECT pg_get_indexdef('silo.task_future_group'::regclass);
 
 -- and 1.6's: the update rewrites the purge command of older versions,
 -- which resolved to_regprocedure() through the database's search_path as

@@ -61,7 +61,7 @@ silo_enqueue(PG_FUNCTION_ARGS)
 	args.metadata = PG_GETARG_JSONB_P(8);
 	silo_require_arg(fcinfo, 9, "on_conflict");
 	args.ignore_conflict = enqueue_parse_on_conflict(text_to_cstring(PG_GETARG_TEXT_PP(9)));
-	silo_api_begin("silo.enqueue", SILO_API_WRITES);
+	silo_api_begin("silo.enqueue", SILO_API_WRITES | SILO_API_ANY_SCHEMA);
 
 	PG_RETURN_TEXT_P(cstring_to_text(silo_enqueue_job(&args)));
 }
@@ -256,7 +256,7 @@ silo_enqueue_many(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("jobs must be a JSON array of job objects")));
-	silo_api_begin("silo.enqueue_many", SILO_API_WRITES);
+	silo_api_begin("silo.enqueue_many", SILO_API_WRITES | SILO_API_ANY_SCHEMA);
 
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 

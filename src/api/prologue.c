@@ -3,8 +3,9 @@
  * prologue.c
  *	  The checks every SQL entry point makes of its transaction, in one
  *	  place, after its arguments have been checked and before it changes
- *	  anything: the isolation level, a read-only transaction, parallel
- *	  mode.  Cluster mode adds the tenant's shard here.
+ *	  anything: the installed schema's version, the isolation level, a
+ *	  read-only transaction, parallel mode.  Cluster mode adds the
+ *	  tenant's shard here.
  *
  *-------------------------------------------------------------------------
  */
@@ -21,6 +22,8 @@
 void
 silo_api_begin(const char *fn, int flags)
 {
+	if (!(flags & SILO_API_ANY_SCHEMA))
+		silo_schema_require_current(fn);
 	if ((flags & SILO_API_READ_COMMITTED) && IsolationUsesXactSnapshot())
 		silo_require_read_committed(fn);
 	if (flags & SILO_API_WRITES)

@@ -16,6 +16,8 @@
 #define SILO_API_WRITES			0x01	/* refuses a read-only transaction (25006) */
 #define SILO_API_READ_COMMITTED 0x02	/* refuses REPEATABLE READ and SERIALIZABLE
 										 * (25000) */
+#define SILO_API_ANY_SCHEMA		0x04	/* runs on the schema of an older version
+										 * too (enqueue); others refuse (55000) */
 
 /* prologue.c */
 extern void silo_api_begin(const char *fn, int flags);

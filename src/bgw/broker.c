@@ -91,16 +91,9 @@ broker_check_interrupts(void)
 static bool
 broker_schema_ready(void)
 {
-	static SPIPlanPtr plan = NULL;
 	static bool warned = false;
-	char	   *version;
 
-	silo_exec(&plan, "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'silo'",
-			  0, NULL, NULL, NULL, true, 1);
-	if (SPI_processed != 1)
-		return false;
-	version = silo_col_text(0, 1);
-	if (strcmp(version, SILO_EXTENSION_VERSION) == 0)
+	if (silo_schema_current())
 	{
 		warned = false;
 		return true;
@@ -108,7 +101,7 @@ broker_schema_ready(void)
 	if (!warned)
 		ereport(LOG,
 				(errmsg("silo broker is waiting: extension silo is at version %s, the library at %s",
-						version, SILO_EXTENSION_VERSION),
+						silo_schema()->version, SILO_EXTENSION_VERSION),
 				 errhint("Run ALTER EXTENSION silo UPDATE in database \"%s\".", silo_database)));
 	warned = true;
 	return false;

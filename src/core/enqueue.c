@@ -77,7 +77,7 @@ enqueue_has_status_index(void)
 	 */
 	if (OidIsValid(status_relid))
 		LockRelationOid(status_relid, RowExclusiveLock);
-	return silo_status_index_exists();
+	return silo_schema()->has_status_index;
 }
 
 /*

@@ -245,48 +245,52 @@ silo_next_due_at(TimestampTz *next)
 	return !isnull;
 }
 
+/* A paged pass of the broker's: its items handled this call, and used. */
+typedef int64 (*MaintPass) (TimestampTz now, int limit, int64 *offset, bool *more);
+
+/*
+ * maint_pass: run a paged pass on at most *budget items (each item a
+ * subtransaction), taking what it looked at from *budget.  Returns the
+ * items it handled.
+ */
+static int64
+maint_pass(MaintPass pass, TimestampTz now, int *budget)
+{
+	int64		offset = 0;
+	int64		handled;
+	bool		more;
+
+	if (*budget <= 0)
+		return 0;
+	handled = pass(now, *budget, &offset, &more);
+	*budget -= (int) (handled + offset);
+	CHECK_FOR_INTERRUPTS();
+	return handled;
+}
+
 /*
  * silo_maintenance_round: silo.run_maintenance's work, one round of the
  * broker's passes in the caller's transaction: *promoted gets the tasks
- * promoted and chain tasks walked, *swept the leases swept.
+ * promoted and chain tasks walked, *swept the leases swept.  Every item
+ * of a paged pass runs in a subtransaction that writes, and a backend
+ * keeps only 64 of them in its snapshot (PGPROC_MAX_CACHED_SUBXIDS):
+ * beyond, every snapshot any backend takes while this transaction is open
+ * has to look them up in pg_subtrans.  So one call looks at most at
+ * SILO_MAINTENANCE_ITEMS items in all, as the broker does per transaction;
+ * what is left waits for the next call.
  */
 void
 silo_maintenance_round(TimestampTz now, int64 *promoted_out, int64 *swept_out)
 {
-	silo_spi_connect();
-	{
-		int64		promoted = silo_promote_due_tasks(now);
-		int64		swept = 0;
-		int64		offset = 0;
-		bool		more;
+	int			budget = SILO_MAINTENANCE_ITEMS;
 
-		do
-		{
-			promoted += silo_run_chain_tasks(now, 1000, &offset, &more);
-			CHECK_FOR_INTERRUPTS();
-		} while (more);
-		offset = 0;
-		do
-		{
-			(void) silo_run_regrants(now, 1000, &offset, &more);
-			CHECK_FOR_INTERRUPTS();
-		} while (more);
-		offset = 0;
-		do
-		{
-			swept += silo_sweep_expired_leases(now, 1000, &offset, &more);
-			CHECK_FOR_INTERRUPTS();
-		} while (more);
-		offset = 0;
-		do
-		{
-			(void) silo_check_floating_limits(now, 1000, &offset, &more);
-			CHECK_FOR_INTERRUPTS();
-		} while (more);
-		(void) silo_purge_idle_buckets(now);
-		*promoted_out = promoted;
-		*swept_out = swept;
-	}
+	silo_spi_connect();
+	*promoted_out = silo_promote_due_tasks(now);
+	*promoted_out += maint_pass(silo_run_chain_tasks, now, &budget);
+	(void) maint_pass(silo_run_regrants, now, &budget);
+	*swept_out = maint_pass(silo_sweep_expired_leases, now, &budget);
+	(void) maint_pass(silo_check_floating_limits, now, &budget);
+	(void) silo_purge_idle_buckets(now);
 	silo_spi_finish();
 }
 

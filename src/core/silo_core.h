@@ -98,6 +98,10 @@ extern bool silo_job_delete(const char *tenant, const char *id);
 extern void silo_job_read_result(ReturnSetInfo *rsinfo, const char *tenant, const char *id);
 
 /* maintenance.c */
+
+/* items one silo.run_maintenance looks at, at most (a subtransaction each) */
+#define SILO_MAINTENANCE_ITEMS	50
+
 extern int	silo_retention_s;	/* GUC silo.retention */
 extern int64 silo_promote_due_tasks(TimestampTz now);
 extern int64 silo_sweep_expired_leases(TimestampTz now, int limit, int64 *offset,

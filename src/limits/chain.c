@@ -105,7 +105,7 @@ chain_write_task(SiloChainJob *job)
 	values[7] = job->task_id;
 	values[8] = Int64GetDatum(job->seq);
 	values[9] = silo_holds_datum(job->holds);
-	if ((job->has_info_tid || job->has_status_tid) && silo_status_index_exists())
+	if ((job->has_info_tid || job->has_status_tid) && silo_schema()->has_status_index)
 	{
 		char		nulls[12];
 

@@ -32,6 +32,20 @@ extern int64 silo_col_int64(int row, int col);
 extern bool silo_col_bool(int row, int col);
 extern TimestampTz silo_col_ts(int row, int col, bool *isnull);
 
+/* schema.c: what the installed schema has */
+typedef struct SiloSchema
+{
+	bool		installed;		/* extension silo is installed */
+	char		version[16];	/* its version, e.g. "1.6" */
+	int			version_num;	/* 106 */
+	bool		current;		/* the version this library implements */
+	bool		has_status_index;	/* 0x03 as a table, row hints (1.5) */
+} SiloSchema;
+
+extern const SiloSchema *silo_schema(void);
+extern bool silo_schema_current(void);
+extern void silo_schema_require_current(const char *fn);
+
 /* planner.c */
 extern bool silo_planning_own;
 extern void silo_planner_init(void);
@@ -79,7 +93,6 @@ extern void silo_status_index_move_in(SiloTable *idx, Datum tenant, Datum id,
 									  Datum old_status, TimestampTz old_at,
 									  Datum hint, bool hint_null,
 									  Datum new_status, TimestampTz new_at);
-extern bool silo_status_index_exists(void);
 extern void silo_status_index_move(const char *tenant, const char *id,
 								   const char *old_status, TimestampTz old_at,
 								   const char *new_status, TimestampTz new_at);

@@ -81,18 +81,6 @@ silo_status_index_move_in(SiloTable *idx, Datum tenant, Datum id,
 }
 
 /*
- * silo_status_index_exists: whether the installed schema has 0x03 as a
- * table, and the row-hint columns that came with it (1.5 on).  The
- * library keeps enqueueing on an older schema until ALTER EXTENSION silo
- * UPDATE has run (docs/operations.md, "Upgrades").
- */
-bool
-silo_status_index_exists(void)
-{
-	return OidIsValid(get_relname_relid("job_status_index", get_namespace_oid("silo", false)));
-}
-
-/*
  * silo_status_index_move: the same as a piece of work of its own, for the
  * transitions written in SQL: called right after the statement that
  * changed the job's status row (which it locked), with the status and
