@@ -9,6 +9,7 @@
 #   bash bench/instructions.sh            # both systems
 #   bash bench/instructions.sh silo       # one
 #   bash bench/instructions.sh silo silo-k100k   # and silo with limits (below)
+#   bash bench/instructions.sh silo-enqueue      # enqueues of 128 jobs
 #
 # silo-k100k is silo with one concurrency limit per job, its key one of
 # 100,000 (max 1), over LIMIT_JOBS (20000) jobs, as the benchmark's limits
@@ -72,6 +73,7 @@ count()
 		silo) stmt="SELECT count(*) FROM silo.complete_many((SELECT array_agg(task_id) FROM silo.lease('w', 'bench', 128)), 'w');" ;;
 		bare) stmt="BEGIN; DELETE FROM bench_bare WHERE id = ANY(ARRAY(SELECT id FROM bench_bare WHERE run_at <= now() ORDER BY id LIMIT 128 FOR UPDATE SKIP LOCKED)); COMMIT;" ;;
 		silo-k100k) stmt="SELECT count(*) FROM silo.complete_many((SELECT array_agg(task_id) FROM silo.lease('w', 'limited', 128)), 'w');" ;;
+		silo-enqueue) stmt="SELECT count(silo.enqueue('enq', jsonb_build_object('i', g))) FROM generate_series(1, 128) g;" ;;
 		*) echo "unknown system $system" >&2; exit 2 ;;
 	esac
 	rm -rf "$DIR/run"

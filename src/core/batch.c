@@ -253,8 +253,7 @@ silo_complete_batch(ReturnSetInfo *rsinfo, int ntasks, Datum *ids, Datum *result
 	for (i = 0; i < ntasks; i++)
 	{
 		int			k = order[i];
-		Datum		row[BATCH_ATTEMPT_NCOLS];
-		bool		rownulls[BATCH_ATTEMPT_NCOLS];
+		SiloAttemptRow row;
 		bool		isnull;
 		Datum		h;
 
@@ -269,32 +268,30 @@ silo_complete_batch(ReturnSetInfo *rsinfo, int ntasks, Datum *ids, Datum *result
 					 errhint("Answer a refresh task with silo.report_refresh or silo.fail_refresh.")));
 		nrun++;
 
-		memset(rownulls, false, sizeof(rownulls));
-		row[0] = silo_table_get(lease, BL_TENANT, &isnull);
-		row[1] = silo_table_get(lease, BL_JOB_ID, &isnull);
-		row[2] = silo_table_get(lease, BL_ATTEMPT, &isnull);
-		row[3] = silo_table_get(lease, BL_RELATIVE_ATTEMPT, &isnull);
-		row[4] = ids[k];
-		row[5] = worker_text;
-		row[6] = succeeded;
-		row[7] = silo_table_get(lease, BL_STARTED_AT, &isnull);
-		row[8] = TimestampTzGetDatum(now);
-		row[9] = results != NULL ? results[k] : (Datum) 0;
-		rownulls[9] = results == NULL || result_nulls[k];
-		rownulls[10] = rownulls[11] = true;
-		row[10] = row[11] = (Datum) 0;
-		silo_table_insert(attempt, row, rownulls);
+		memset(&row, 0, sizeof(row));
+		row.tenant = silo_table_get(lease, BL_TENANT, &isnull);
+		row.job_id = silo_table_get(lease, BL_JOB_ID, &isnull);
+		row.attempt = DatumGetInt32(silo_table_get(lease, BL_ATTEMPT, &isnull));
+		row.relative_attempt = DatumGetInt32(silo_table_get(lease, BL_RELATIVE_ATTEMPT, &isnull));
+		row.task_id = ids[k];
+		row.worker_id = worker_text;
+		row.status = succeeded;
+		row.started_at = DatumGetTimestampTz(silo_table_get(lease, BL_STARTED_AT, &isnull));
+		row.finished_at = now;
+		if (results != NULL && !result_nulls[k])
+			row.result = results[k];
+		silo_attempt_put(attempt, &row);
 
 		h = silo_table_get(lease, BL_HOLDS, &isnull);
 		if (!isnull)
 		{
 			/* a job with limits: its tenant marks it for the release below */
-			tenants[ndone] = TextDatumGetCString(row[0]);
+			tenants[ndone] = TextDatumGetCString(row.tenant);
 			holds[ndone] = silo_holds_list(h);
 			any_limited = true;
 		}
 		h = silo_table_get(lease, BL_JOB_STATUS_TID, &isnull);
-		if (batch_end_status(d, status, idx, row[0], row[1], ids[k], h, isnull, now))
+		if (batch_end_status(d, status, idx, row.tenant, row.job_id, ids[k], h, isnull, now))
 			nended++;
 		done_ids[ndone++] = ids[k];
 	}

@@ -214,7 +214,6 @@ silo_job_cancel(const char *tenant, const char *id, const char *fn)
 {
 	static SPIPlanPtr delete_plan = NULL;
 	static SPIPlanPtr end_plan = NULL;
-	static SPIPlanPtr flag_plan = NULL;
 	static const Oid types[7] = {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT2OID,
 	INT4OID, TIMESTAMPTZOID};
 	Datum		values[7];
@@ -275,9 +274,7 @@ silo_job_cancel(const char *tenant, const char *id, const char *fn)
 		}
 		/* else a worker leased it while we waited: flag only */
 	}
-	silo_exec(&flag_plan,
-			  "INSERT INTO silo.job_cancellation (tenant, job_id, cancelled_at) VALUES ($1, $2, $7)",
-			  7, types, values, NULL, false, 0);
+	silo_cancellation_insert(tenant, id, now, false);
 	silo_spi_finish();
 }
 
@@ -289,9 +286,8 @@ void
 silo_job_restart(const char *tenant, const char *id, const char *fn)
 {
 	static SPIPlanPtr plan = NULL;
-	static const Oid types[8] = {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT2OID,
-	UUIDOID, INT8OID, BOOLOID};
-	Datum		values[8];
+	static const Oid types[4] = {TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID};
+	Datum		values[4];
 	JobState	st;
 	TimestampTz now = silo_now_ts();
 
@@ -303,35 +299,43 @@ silo_job_restart(const char *tenant, const char *id, const char *fn)
 				 errdetail("Only Failed or Cancelled jobs can be restarted; this job is %s.",
 						   jobops_state_name(&st, now))));
 
-	values[2] = CStringGetTextDatum(st.task_group);
+	values[2] = silo_new_uuid();
 	values[3] = TimestampTzGetDatum(now);
-	values[4] = Int16GetDatum((int16) st.priority);
-	values[5] = silo_new_uuid();
-	values[6] = Int64GetDatum(st.seq);
-	values[7] = BoolGetDatum(st.nlimits == 0);
 	silo_exec(&plan,
 			  "WITH n AS ("
 			  "  SELECT coalesce(max(attempt), 0) + 1 AS attempt FROM silo.attempt"
 			  "   WHERE tenant = $1 AND job_id = $2),"
-			  " c AS (DELETE FROM silo.job_cancellation WHERE tenant = $1 AND job_id = $2),"
-			  " t AS ("
-			  "  INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
-			  "    relative_attempt, task_id, seq, due)"
-			  "  SELECT $3, $4, $5, $1, $2, n.attempt, 1, $6, $7, true FROM n WHERE $8)"
+			  " c AS (DELETE FROM silo.job_cancellation WHERE tenant = $1 AND job_id = $2)"
 			  "UPDATE silo.job_status SET status = 'Pending', changed_at = $4, attempt = n.attempt,"
-			  "  relative_attempt = 1, task_id = $6, next_attempt_at = $4"
+			  "  relative_attempt = 1, task_id = $3, next_attempt_at = $4"
 			  "  FROM n WHERE tenant = $1 AND id = $2 RETURNING n.attempt",
-			  8, types, values, NULL, false, 0);
-	silo_status_index_move(TextDatumGetCString(values[0]), TextDatumGetCString(values[1]),
-						   st.status, st.changed_at, "Pending", now);
+			  4, types, values, NULL, false, 0);
+	st.attempt = silo_col_int32(0, 1);
+	st.task_id = values[2];
+	st.next_attempt_at = now;
+	if (st.nlimits == 0)
+	{
+		SiloTaskRow task;
+
+		memset(&task, 0, sizeof(task));
+		task.task_group = st.task_group;
+		task.start_at = now;
+		task.priority = st.priority;
+		task.tenant = tenant;
+		task.job_id = id;
+		task.attempt = st.attempt;
+		task.relative_attempt = 1;
+		task.task_id = st.task_id;
+		task.seq = st.seq;
+		task.due = true;
+		silo_task_insert(&task);
+	}
+	silo_status_index_move(tenant, id, st.status, st.changed_at, "Pending", now);
 	if (st.nlimits > 0)
 	{
 		SiloChainJob job;
 
 		/* A restarted job walks its limits again, like a new one. */
-		st.attempt = silo_col_int32(0, 1);
-		st.task_id = values[5];
-		st.next_attempt_at = now;
 		jobops_chain_job(&job, values, &st);
 		silo_chain_start(&job, now);
 	}

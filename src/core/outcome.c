@@ -181,6 +181,30 @@ outcome_chain_job(SiloChainJob *job, SiloLease *lease, Datum task_id, TimestampT
 }
 
 /*
+ * outcome_write_task: the task of a job without limits that runs again:
+ * attempt (attempt, relative) with task task_id, starting at start.
+ */
+static void
+outcome_write_task(SiloLease *lease, int32 attempt, int32 relative, Datum task_id,
+				   TimestampTz start, bool due)
+{
+	SiloTaskRow task;
+
+	memset(&task, 0, sizeof(task));
+	task.task_group = lease->task_group;
+	task.start_at = start;
+	task.priority = lease->priority;
+	task.tenant = lease->tenant;
+	task.job_id = lease->job_id;
+	task.attempt = attempt;
+	task.relative_attempt = relative;
+	task.task_id = task_id;
+	task.seq = lease->seq;
+	task.due = due;
+	silo_task_insert(&task);
+}
+
+/*
  * silo_finish_attempt: end the attempt behind a taken lease.  Writes the
  * attempt row and either a terminal status or, for a failure with retries
  * left, the next task and a Pending status.  A failure of a cancelled job
@@ -196,25 +220,23 @@ silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
 {
 	static SPIPlanPtr end_plan = NULL;
 	static SPIPlanPtr retry_plan = NULL;
-	static SPIPlanPtr flag_plan = NULL;
-	static const Oid types[19] = {
-		TEXTOID, TEXTOID, INT4OID, INT4OID, UUIDOID, TEXTOID, TEXTOID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID, JSONBOID, TEXTOID, JSONBOID,
-		TEXTOID, TIMESTAMPTZOID, INT2OID, UUIDOID, INT8OID, BOOLOID, BOOLOID
+	static const Oid end_types[5] = {TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID, TEXTOID};
+	static const Oid retry_types[7] = {
+		TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, UUIDOID, TIMESTAMPTZOID, INT4OID
 	};
-	Datum		values[19];
-	char		nulls[19];
+	Datum		values[7];
 	SiloRetryPolicy policy;
+	SiloAttemptRow attempt;
 	bool		cancelled = false;
-	const char *status;
 	const char *job_status;
 	bool		retry = false;
-	int			i;
+	char	   *old_status;
+	TimestampTz old_at;
 
 	/*
 	 * Only a failure needs the retry policy and the cancellation flag, read
 	 * under the job's row lock.  A success or a cancel ends the job whatever
-	 * the flag says; their final UPDATE locks and checks the row itself.
+	 * the flag says; their UPDATE locks and checks the row itself.
 	 */
 	if (outcome == SILO_OUTCOME_FAILED)
 		cancelled = outcome_lock_job(lease, &policy, nowait);
@@ -224,16 +246,17 @@ silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
 	 * the job ends up.  They differ only for a failure of a flagged job: a
 	 * Failed attempt, a Cancelled job, no retry.
 	 */
+	memset(&attempt, 0, sizeof(attempt));
 	switch (outcome)
 	{
 		case SILO_OUTCOME_SUCCEEDED:
-			status = job_status = "Succeeded";
+			job_status = "Succeeded";
 			break;
 		case SILO_OUTCOME_CANCELLED:
-			status = job_status = "Cancelled";
+			job_status = "Cancelled";
 			break;
 		default:
-			status = "Failed";
+			attempt.status = CStringGetTextDatum("Failed");
 			if (cancelled)
 				job_status = "Cancelled";
 			else
@@ -243,53 +266,45 @@ silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
 			}
 			break;
 	}
-
-	for (i = 0; i < 19; i++)
-		nulls[i] = ' ';
-	values[0] = CStringGetTextDatum(lease->tenant);
-	values[1] = CStringGetTextDatum(lease->job_id);
-	values[2] = Int32GetDatum(lease->attempt);
-	values[3] = Int32GetDatum(lease->relative_attempt);
-	values[4] = lease->task_id;
-	values[5] = CStringGetTextDatum(lease->worker_id);
-	values[6] = CStringGetTextDatum(status);
-	values[7] = TimestampTzGetDatum(lease->started_at);
-	values[8] = TimestampTzGetDatum(now);
-	values[9] = result ? JsonbPGetDatum(result) : (Datum) 0;
-	nulls[9] = result ? ' ' : 'n';
-	values[10] = error_code ? CStringGetTextDatum(error_code) : (Datum) 0;
-	nulls[10] = error_code ? ' ' : 'n';
-	values[11] = error_data ? JsonbPGetDatum(error_data) : (Datum) 0;
-	nulls[11] = error_data ? ' ' : 'n';
+	if (outcome != SILO_OUTCOME_FAILED)
+		attempt.status = CStringGetTextDatum(job_status);
+	attempt.tenant = CStringGetTextDatum(lease->tenant);
+	attempt.job_id = CStringGetTextDatum(lease->job_id);
+	attempt.attempt = lease->attempt;
+	attempt.relative_attempt = lease->relative_attempt;
+	attempt.task_id = lease->task_id;
+	attempt.worker_id = CStringGetTextDatum(lease->worker_id);
+	attempt.started_at = lease->started_at;
+	attempt.finished_at = now;
+	attempt.result = result ? JsonbPGetDatum(result) : (Datum) 0;
+	attempt.error_code = error_code;
+	attempt.error_data = error_data;
+	values[0] = attempt.tenant;
+	values[1] = attempt.job_id;
 
 	/*
-	 * A job with limits locks its status row before its keys (the order
-	 * every path takes); the final UPDATE below takes the lock when the
-	 * job row was not locked above.
+	 * The status row first (a job with limits locks it before its keys, the
+	 * order every path takes), then the attempt row, then 0x03.
 	 */
 	if (!retry)
 	{
-		values[12] = CStringGetTextDatum(job_status);
+		values[2] = lease->task_id;
+		values[3] = TimestampTzGetDatum(now);
+		values[4] = CStringGetTextDatum(job_status);
 		silo_exec(&end_plan,
-				  "WITH a AS ("
-				  "  INSERT INTO silo.attempt (tenant, job_id, attempt, relative_attempt, task_id,"
-				  "    worker_id, status, started_at, finished_at, result, error_code, error_data)"
-				  "  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)),"
-				  " " OUTCOME_OLD_STATUS
-				  "UPDATE silo.job_status s SET status = $13, changed_at = $9, task_id = NULL,"
+				  "WITH " OUTCOME_OLD_STATUS
+				  "UPDATE silo.job_status s SET status = $5, changed_at = $4, task_id = NULL,"
 				  "  next_attempt_at = NULL"
-				  "  FROM o WHERE s.tenant = $1 AND s.id = $2 AND s.status = 'Pending' AND s.task_id = $5"
+				  "  FROM o WHERE s.tenant = $1 AND s.id = $2 AND s.status = 'Pending' AND s.task_id = $3"
 				  " RETURNING o.changed_at",
-				  13, types, values, nulls, false, 0);
+				  5, end_types, values, NULL, false, 0);
 		if (SPI_processed != 1)
 			outcome_not_running(lease);
-		silo_status_index_move(lease->tenant, lease->job_id, "Pending", silo_col_ts(0, 1, NULL),
-							   job_status, now);
+		old_at = silo_col_ts(0, 1, NULL);
+		silo_attempt_insert(&attempt);
+		silo_status_index_move(lease->tenant, lease->job_id, "Pending", old_at, job_status, now);
 		if (strcmp(job_status, "Cancelled") == 0 && !cancelled)
-			silo_exec(&flag_plan,
-					  "INSERT INTO silo.job_cancellation (tenant, job_id, cancelled_at)"
-					  " VALUES ($1, $2, $9) ON CONFLICT DO NOTHING",
-					  9, types, values, nulls, false, 0);
+			silo_cancellation_insert(lease->tenant, lease->job_id, now, true);
 		if (lease->limited)
 			silo_limits_release(lease->tenant, lease->holds, lease->task_id, now);
 		return;
@@ -298,39 +313,35 @@ silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
 	{
 		int64		delay = silo_retry_delay_ms(&policy, lease->relative_attempt);
 		TimestampTz start = now + delay * 1000;
+		Datum		task_id = silo_new_uuid();
 
-		values[12] = CStringGetTextDatum(lease->task_group);
-		values[13] = TimestampTzGetDatum(start);
-		values[14] = Int16GetDatum((int16) lease->priority);
-		values[15] = silo_new_uuid();
-		values[16] = Int64GetDatum(lease->seq);
-		values[17] = BoolGetDatum(delay == 0);
-		values[18] = BoolGetDatum(!lease->limited);
+		values[2] = Int32GetDatum(lease->attempt);
+		values[3] = TimestampTzGetDatum(now);
+		values[4] = task_id;
+		values[5] = TimestampTzGetDatum(start);
+		values[6] = Int32GetDatum(lease->relative_attempt);
 		silo_exec(&retry_plan,
-				  "WITH a AS ("
-				  "  INSERT INTO silo.attempt (tenant, job_id, attempt, relative_attempt, task_id,"
-				  "    worker_id, status, started_at, finished_at, result, error_code, error_data)"
-				  "  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)),"
-				  " t AS ("
-				  "  INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
-				  "    relative_attempt, task_id, seq, due)"
-				  "  SELECT $13, $14, $15, $1, $2, $3 + 1, $4 + 1, $16, $17, $18 WHERE $19),"
-				  " " OUTCOME_OLD_STATUS
-				  "UPDATE silo.job_status s SET status = 'Pending', changed_at = $9,"
-				  "  attempt = $3 + 1, relative_attempt = $4 + 1, task_id = $16, next_attempt_at = $14"
+				  "WITH " OUTCOME_OLD_STATUS
+				  "UPDATE silo.job_status s SET status = 'Pending', changed_at = $4,"
+				  "  attempt = $3 + 1, relative_attempt = $7 + 1, task_id = $5, next_attempt_at = $6"
 				  "  FROM o WHERE s.tenant = $1 AND s.id = $2 RETURNING o.status, o.changed_at",
-				  19, types, values, nulls, false, 0);
+				  7, retry_types, values, NULL, false, 0);
 		if (SPI_processed != 1)
 			outcome_not_running(lease);
-		silo_status_index_move(lease->tenant, lease->job_id, silo_col_text(0, 1),
-							   silo_col_ts(0, 2, NULL), "Pending", now);
+		old_status = silo_col_text(0, 1);
+		old_at = silo_col_ts(0, 2, NULL);
+		silo_attempt_insert(&attempt);
+		if (!lease->limited)
+			outcome_write_task(lease, lease->attempt + 1, lease->relative_attempt + 1,
+							   task_id, start, delay == 0);
+		silo_status_index_move(lease->tenant, lease->job_id, old_status, old_at, "Pending", now);
 		if (lease->limited)
 		{
 			SiloChainJob job;
 
 			/* Free the slots first: the retry queues behind the waiters. */
 			silo_limits_release(lease->tenant, lease->holds, lease->task_id, now);
-			outcome_chain_job(&job, lease, values[15], start);
+			outcome_chain_job(&job, lease, task_id, start);
 			job.attempt = lease->attempt + 1;
 			job.relative_attempt = lease->relative_attempt + 1;
 			silo_chain_start(&job, now);
@@ -405,14 +416,14 @@ void
 silo_release_task(Datum task_id, const char *worker_id)
 {
 	static SPIPlanPtr plan = NULL;
-	static const Oid types[11] = {
-		TEXTOID, TEXTOID, INT4OID, INT4OID, TEXTOID, TIMESTAMPTZOID, INT2OID,
-		UUIDOID, INT8OID, TIMESTAMPTZOID, BOOLOID
-	};
-	Datum		values[11];
+	static const Oid types[5] = {TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum		values[5];
 	SiloLease	lease;
 	SiloRetryPolicy policy;
 	TimestampTz now = silo_now_ts();
+	Datum		new_task = silo_new_uuid();
+	char	   *old_status;
+	TimestampTz old_at;
 
 	silo_take_reported_lease(task_id, worker_id, now, "run", &lease);
 	if (outcome_lock_job(&lease, &policy, false))
@@ -424,35 +435,29 @@ silo_release_task(Datum task_id, const char *worker_id)
 
 	values[0] = CStringGetTextDatum(lease.tenant);
 	values[1] = CStringGetTextDatum(lease.job_id);
-	values[2] = Int32GetDatum(lease.attempt);
-	values[3] = Int32GetDatum(lease.relative_attempt);
-	values[4] = CStringGetTextDatum(lease.task_group);
-	values[5] = TimestampTzGetDatum(lease.start_at);
-	values[6] = Int16GetDatum((int16) lease.priority);
-	values[7] = silo_new_uuid();
-	values[8] = Int64GetDatum(lease.seq);
-	values[9] = TimestampTzGetDatum(now);
-	values[10] = BoolGetDatum(!lease.limited);
+	values[2] = new_task;
+	values[3] = TimestampTzGetDatum(lease.start_at);
+	values[4] = TimestampTzGetDatum(now);
 	silo_exec(&plan,
-			  "WITH t AS ("
-			  "  INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
-			  "    relative_attempt, task_id, seq, due)"
-			  "  SELECT $5, $6, $7, $1, $2, $3, $4, $8, $9, true WHERE $11),"
-			  " " OUTCOME_OLD_STATUS
-			  "UPDATE silo.job_status s SET task_id = $8, next_attempt_at = $6, changed_at = $10"
+			  "WITH " OUTCOME_OLD_STATUS
+			  "UPDATE silo.job_status s SET task_id = $3, next_attempt_at = $4, changed_at = $5"
 			  "  FROM o WHERE s.tenant = $1 AND s.id = $2 RETURNING o.status, o.changed_at",
-			  11, types, values, NULL, false, 0);
+			  5, types, values, NULL, false, 0);
 	if (SPI_processed != 1)
 		outcome_not_running(&lease);
-	silo_status_index_move(lease.tenant, lease.job_id, silo_col_text(0, 1),
-						   silo_col_ts(0, 2, NULL), silo_col_text(0, 1), now);
+	old_status = silo_col_text(0, 1);
+	old_at = silo_col_ts(0, 2, NULL);
+	if (!lease.limited)
+		outcome_write_task(&lease, lease.attempt, lease.relative_attempt, new_task,
+						   lease.start_at, true);
+	silo_status_index_move(lease.tenant, lease.job_id, old_status, old_at, old_status, now);
 	if (lease.limited)
 	{
 		SiloChainJob job;
 
 		/* The slots go back, and the task walks its limits again. */
 		silo_limits_release(lease.tenant, lease.holds, lease.task_id, now);
-		outcome_chain_job(&job, &lease, values[7], lease.start_at);
+		outcome_chain_job(&job, &lease, new_task, lease.start_at);
 		silo_chain_start(&job, now);
 	}
 	else
@@ -471,12 +476,12 @@ void
 silo_fail_rate_limited(SiloChainJob *job, int at, TimestampTz now)
 {
 	static SPIPlanPtr plan = NULL;
-	static const Oid types[7] = {
-		TEXTOID, TEXTOID, INT4OID, INT4OID, UUIDOID, TIMESTAMPTZOID, JSONBOID
-	};
-	Datum		values[7];
+	static const Oid types[4] = {TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID};
+	Datum		values[4];
 	SiloLimit  *l = &job->limits[at];
 	StringInfoData buf;
+	SiloAttemptRow attempt;
+	TimestampTz old_at;
 
 	initStringInfo(&buf);
 	appendStringInfoString(&buf, "{\"limit_index\": ");
@@ -488,28 +493,34 @@ silo_fail_rate_limited(SiloChainJob *job, int at, TimestampTz now)
 
 	values[0] = CStringGetTextDatum(job->tenant);
 	values[1] = CStringGetTextDatum(job->job_id);
-	values[2] = Int32GetDatum(job->attempt);
-	values[3] = Int32GetDatum(job->relative_attempt);
-	values[4] = job->task_id;
-	values[5] = TimestampTzGetDatum(now);
-	values[6] = DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data));
+	values[2] = job->task_id;
+	values[3] = TimestampTzGetDatum(now);
 	silo_exec(&plan,
-			  "WITH a AS ("
-			  "  INSERT INTO silo.attempt (tenant, job_id, attempt, relative_attempt, task_id,"
-			  "    status, finished_at, error_code, error_data)"
-			  "  VALUES ($1, $2, $3, $4, $5, 'Failed', $6, 'RATE_LIMITED', $7)),"
-			  " " OUTCOME_OLD_STATUS
-			  "UPDATE silo.job_status s SET status = 'Failed', changed_at = $6, task_id = NULL,"
+			  "WITH " OUTCOME_OLD_STATUS
+			  "UPDATE silo.job_status s SET status = 'Failed', changed_at = $4, task_id = NULL,"
 			  "  next_attempt_at = NULL"
-			  "  FROM o WHERE s.tenant = $1 AND s.id = $2 AND s.status = 'Pending' AND s.task_id = $5"
+			  "  FROM o WHERE s.tenant = $1 AND s.id = $2 AND s.status = 'Pending' AND s.task_id = $3"
 			  " RETURNING o.changed_at",
-			  7, types, values, NULL, false, 0);
+			  4, types, values, NULL, false, 0);
 	if (SPI_processed != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_SILO_INTERNAL),
 				 errmsg("job \"%s\" of tenant \"%s\" is not waiting on task %s",
 						job->job_id, job->tenant, silo_uuid_to_cstring(job->task_id))));
-	silo_status_index_move(job->tenant, job->job_id, "Pending", silo_col_ts(0, 1, NULL),
-						   "Failed", now);
+	old_at = silo_col_ts(0, 1, NULL);
+
+	/* an attempt that never started: no worker, no start time */
+	memset(&attempt, 0, sizeof(attempt));
+	attempt.tenant = values[0];
+	attempt.job_id = values[1];
+	attempt.attempt = job->attempt;
+	attempt.relative_attempt = job->relative_attempt;
+	attempt.task_id = job->task_id;
+	attempt.status = CStringGetTextDatum("Failed");
+	attempt.finished_at = now;
+	attempt.error_code = "RATE_LIMITED";
+	attempt.error_data = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+	silo_attempt_insert(&attempt);
+	silo_status_index_move(job->tenant, job->job_id, "Pending", old_at, "Failed", now);
 	silo_limits_release(job->tenant, job->holds, job->task_id, now);
 }

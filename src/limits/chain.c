@@ -87,50 +87,31 @@ silo_chain_load_limits(SiloChainJob *job)
 static void
 chain_write_task(SiloChainJob *job)
 {
-	static SPIPlanPtr plan = NULL;
-	static SPIPlanPtr hinted_plan = NULL;
-	static const Oid types[12] = {
-		TEXTOID, TIMESTAMPTZOID, INT2OID, TEXTOID, TEXTOID, INT4OID, INT4OID,
-		UUIDOID, INT8OID, TEXTARRAYOID, TIDOID, TIDOID
-	};
-	Datum		values[12];
+	SiloTaskRow task;
 
-	values[0] = CStringGetTextDatum(job->task_group);
-	values[1] = TimestampTzGetDatum(job->start_at);
-	values[2] = Int16GetDatum((int16) job->priority);
-	values[3] = CStringGetTextDatum(job->tenant);
-	values[4] = CStringGetTextDatum(job->job_id);
-	values[5] = Int32GetDatum(job->attempt);
-	values[6] = Int32GetDatum(job->relative_attempt);
-	values[7] = job->task_id;
-	values[8] = Int64GetDatum(job->seq);
-	values[9] = silo_holds_datum(job->holds);
-	if ((job->has_info_tid || job->has_status_tid) && silo_schema()->has_status_index)
-	{
-		char		nulls[12];
-
-		/*
-		 * The task carries the row hints the walk knows (1.5), as the task
-		 * of a job without limits does: enqueue knows both, the broker's
-		 * walk of a parked job both, a grant the job_info one.
-		 */
-		memset(nulls, ' ', sizeof(nulls));
-		values[10] = PointerGetDatum(&job->info_tid);
-		values[11] = PointerGetDatum(&job->status_tid);
-		nulls[10] = job->has_info_tid ? ' ' : 'n';
-		nulls[11] = job->has_status_tid ? ' ' : 'n';
-		silo_exec(&hinted_plan,
-				  "INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
-				  "  relative_attempt, task_id, seq, due, holds, job_info_tid, job_status_tid)"
-				  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, true, $10, $11, $12)",
-				  12, types, values, nulls, false, 0);
-	}
-	else
-		silo_exec(&plan,
-				  "INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt,"
-				  "  relative_attempt, task_id, seq, due, holds)"
-				  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, true, $10)",
-				  10, types, values, NULL, false, 0);
+	/*
+	 * The task carries the row hints the walk knows (1.5), as the task of
+	 * a job without limits does: enqueue knows both, the broker's walk of
+	 * a parked job both, a grant the job_info one.
+	 */
+	memset(&task, 0, sizeof(task));
+	task.task_group = job->task_group;
+	task.start_at = job->start_at;
+	task.priority = job->priority;
+	task.tenant = job->tenant;
+	task.job_id = job->job_id;
+	task.attempt = job->attempt;
+	task.relative_attempt = job->relative_attempt;
+	task.task_id = job->task_id;
+	task.seq = job->seq;
+	task.due = true;
+	task.limited = true;
+	task.holds = job->holds;
+	task.has_info_tid = job->has_info_tid;
+	task.info_tid = job->info_tid;
+	task.has_status_tid = job->has_status_tid;
+	task.status_tid = job->status_tid;
+	silo_task_insert(&task);
 	silo_notify_group(job->task_group);
 }
 

@@ -125,6 +125,73 @@ extern void silo_lease_delete_nowait(Datum task_id);
 extern Datum silo_holds_datum(List *holds);
 extern List *silo_holds_list(Datum arr);
 
+/* jobs.c: a new job's rows */
+typedef struct SiloJobRow
+{
+	const char *tenant;
+	const char *id;
+	const char *task_group;
+	int32		priority;
+	TimestampTz start_at;		/* as the producer asked */
+	TimestampTz enqueued_at;
+	Jsonb	   *payload;
+	SiloRetryPolicy retry;
+	Jsonb	   *limits;			/* normalized */
+	Jsonb	   *metadata;
+	Datum		task_id;		/* its first attempt's task */
+	TimestampTz next_attempt_at;	/* when that attempt may start */
+} SiloJobRow;
+
+extern bool silo_job_insert(const SiloJobRow *row, int64 *seq, bool *has_hints,
+							ItemPointer info_tid, ItemPointer status_tid);
+extern void silo_job_metadata_insert(const char *tenant, const char *id, Jsonb *metadata);
+
+/* attempts.c: the one writer of attempt rows and cancellation flags */
+typedef struct SiloAttemptRow
+{
+	Datum		tenant;			/* text */
+	Datum		job_id;			/* text */
+	int32		attempt;
+	int32		relative_attempt;
+	Datum		task_id;		/* uuid */
+	Datum		worker_id;		/* text; 0: the attempt never started */
+	Datum		status;			/* text: Succeeded, Failed or Cancelled */
+	TimestampTz started_at;
+	TimestampTz finished_at;
+	Datum		result;			/* jsonb; 0: none */
+	const char *error_code;
+	Jsonb	   *error_data;
+} SiloAttemptRow;
+
+extern SiloTable *silo_attempt_open(SiloDirect *d);
+extern void silo_attempt_put(SiloTable *t, const SiloAttemptRow *row);
+extern void silo_attempt_insert(const SiloAttemptRow *row);
+extern void silo_cancellation_insert(const char *tenant, const char *job_id, TimestampTz at,
+									 bool if_absent);
+
+/* tasks.c: the one writer of silo.task rows */
+typedef struct SiloTaskRow
+{
+	const char *task_group;
+	TimestampTz start_at;
+	int32		priority;
+	const char *tenant;
+	const char *job_id;
+	int32		attempt;
+	int32		relative_attempt;
+	Datum		task_id;
+	int64		seq;
+	bool		due;
+	bool		limited;		/* the job has limits: holds is written */
+	List	   *holds;
+	bool		has_info_tid;	/* row hints, when the caller knows them */
+	ItemPointerData info_tid;
+	bool		has_status_tid;
+	ItemPointerData status_tid;
+} SiloTaskRow;
+
+extern void silo_task_insert(const SiloTaskRow *row);
+
 /* runner.c: the broker's paged passes, one subtransaction per item */
 typedef bool (*SiloItemFn) (int i, void *arg, TimestampTz now);
 typedef char *(*SiloItemDescribeFn) (int i, void *arg);

@@ -1,0 +1,149 @@
+/*-------------------------------------------------------------------------
+ *
+ * jobs.c
+ *	  The rows a new job starts with: its job_info row (0x01), its
+ *	  job_status row (0x02, Pending, attempt 1), its 0x03 row, and its
+ *	  metadata index rows (0x04).  Its first task is written by tasks.c.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "silo_storage.h"
+
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+
+/*
+ * jobs_lock_status: take the lock the insert takes anyway, first: an
+ * ALTER EXTENSION silo UPDATE in progress holds job_status exclusively
+ * until it commits, and once this has the lock its catalog changes are
+ * seen, so what silo_schema() says holds for the statement that follows.
+ */
+static void
+jobs_lock_status(void)
+{
+	Oid			status_relid = get_relname_relid("job_status", get_namespace_oid("silo", false));
+
+	if (OidIsValid(status_relid))
+		LockRelationOid(status_relid, RowExclusiveLock);
+}
+
+/*
+ * silo_job_insert: write a new job's job_info, job_status and 0x03 rows
+ * in one statement; false when the tenant already has a job with that id
+ * (nothing written).  *seq gets the job's enqueue order; on a schema with
+ * row hints (1.5 on) *info_tid and *status_tid get where its job_info and
+ * job_status rows went and *has_hints is set, for the job's first task.
+ * Until ALTER EXTENSION silo UPDATE runs after an upgrade of the library,
+ * this keeps working on the older schema (docs/operations.md,
+ * "Upgrades"): no 0x03 row and no hints before 1.5; the update copies the
+ * status rows into 0x03.  SPI must be connected.
+ */
+bool
+silo_job_insert(const SiloJobRow *row, int64 *seq, bool *has_hints,
+				ItemPointer info_tid, ItemPointer status_tid)
+{
+	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plan_pre15 = NULL;
+	static const Oid types[16] = {
+		TEXTOID, TEXTOID, TEXTOID, INT2OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+		JSONBOID, INT4OID, INT8OID, INT8OID, FLOAT8OID, BOOLOID, JSONBOID,
+		JSONBOID, UUIDOID, TIMESTAMPTZOID
+	};
+	Datum		values[16];
+	char		nulls[16];
+	int			i;
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = CStringGetTextDatum(row->tenant);
+	values[1] = CStringGetTextDatum(row->id);
+	values[2] = CStringGetTextDatum(row->task_group);
+	values[3] = Int16GetDatum((int16) row->priority);
+	values[4] = TimestampTzGetDatum(row->start_at);
+	values[5] = TimestampTzGetDatum(row->enqueued_at);
+	values[6] = JsonbPGetDatum(row->payload);
+	if (row->retry.count < 0)
+	{
+		for (i = 7; i <= 11; i++)
+			nulls[i] = 'n';
+	}
+	else
+	{
+		values[7] = Int32GetDatum(row->retry.count);
+		values[8] = Int64GetDatum(row->retry.initial_ms);
+		values[9] = Int64GetDatum(row->retry.max_ms);
+		values[10] = Float8GetDatum(row->retry.factor);
+		values[11] = BoolGetDatum(row->retry.randomize);
+	}
+	values[12] = JsonbPGetDatum(row->limits);
+	values[13] = JsonbPGetDatum(row->metadata);
+	values[14] = row->task_id;
+	values[15] = TimestampTzGetDatum(row->next_attempt_at);
+
+	/* the job_info row, both ways; the CTE's RETURNING list is left open */
+#define JOBS_INFO \
+	"WITH j AS (" \
+	"  INSERT INTO silo.job_info (tenant, id, task_group, priority, start_at," \
+	"    enqueued_at, seq, payload, retry_count, retry_initial_ms, retry_max_ms," \
+	"    retry_factor, retry_randomize, limits, metadata)" \
+	"  VALUES ($1, $2, $3, $4, $5, $6, nextval('silo.job_seq'), $7, $8, $9, $10," \
+	"    $11, $12, $13, $14)" \
+	"  ON CONFLICT DO NOTHING RETURNING seq"
+
+	jobs_lock_status();
+	*has_hints = silo_schema()->has_status_index;
+	if (*has_hints)
+		silo_exec(&plan,
+				  JOBS_INFO ", ctid),"
+				  " x AS ("
+				  "  INSERT INTO silo.job_status_index (tenant, status, changed_at, id)"
+				  "  SELECT $1, 'Pending', $6, $2 FROM j RETURNING ctid),"
+				  " s AS ("
+				  "  INSERT INTO silo.job_status (tenant, id, status, changed_at, attempt,"
+				  "    relative_attempt, task_id, next_attempt_at, status_index_tid)"
+				  "  SELECT $1, $2, 'Pending', $6, 1, 1, $15, $16, x.ctid FROM x RETURNING ctid)"
+				  "SELECT j.seq, j.ctid, s.ctid FROM j, s",
+				  16, types, values, nulls, false, 0);
+	else
+		silo_exec(&plan_pre15,
+				  JOBS_INFO "),"
+				  " s AS ("
+				  "  INSERT INTO silo.job_status (tenant, id, status, changed_at, attempt,"
+				  "    relative_attempt, task_id, next_attempt_at)"
+				  "  SELECT $1, $2, 'Pending', $6, 1, 1, $15, $16 FROM j)"
+				  "SELECT seq FROM j",
+				  16, types, values, nulls, false, 0);
+	if (SPI_processed == 0)
+		return false;
+	*seq = silo_col_int64(0, 1);
+	if (*has_hints)
+	{
+		bool		isnull;
+
+		ItemPointerCopy((ItemPointer) DatumGetPointer(silo_col(0, 2, &isnull)), info_tid);
+		ItemPointerCopy((ItemPointer) DatumGetPointer(silo_col(0, 3, &isnull)), status_tid);
+	}
+	return true;
+}
+
+/*
+ * silo_job_metadata_insert: the metadata index rows (0x04) of a new job,
+ * one per key of metadata.  SPI must be connected.
+ */
+void
+silo_job_metadata_insert(const char *tenant, const char *id, Jsonb *metadata)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[3] = {TEXTOID, TEXTOID, JSONBOID};
+	Datum		values[3];
+
+	values[0] = CStringGetTextDatum(tenant);
+	values[1] = CStringGetTextDatum(id);
+	values[2] = JsonbPGetDatum(metadata);
+	silo_exec(&plan,
+			  "INSERT INTO silo.job_metadata (tenant, key, value, job_id)"
+			  " SELECT $1, key, value, $2 FROM jsonb_each_text($3)",
+			  3, types, values, NULL, false, 0);
+}

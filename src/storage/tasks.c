@@ -1,0 +1,73 @@
+/*-------------------------------------------------------------------------
+ *
+ * tasks.c
+ *	  The one writer of silo.task rows (0x05): every leasable or future
+ *	  task, whichever transition makes it -- a new job, a retry, a release,
+ *	  a restart, the end of a limit walk -- is written here, with every
+ *	  column it has, row hints included when the caller knows them.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "silo_storage.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+
+/*
+ * silo_task_insert: write one task row.  On this library's schema every
+ * column is written; enqueue, which also runs on older schemas until
+ * ALTER EXTENSION silo UPDATE, writes there without the row hints (before
+ * 1.5) and, for a job without limits, without holds (before 1.1).  SPI
+ * must be connected.
+ */
+void
+silo_task_insert(const SiloTaskRow *row)
+{
+	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plan_pre15 = NULL;
+	static SPIPlanPtr plan_pre11 = NULL;
+	static const Oid types[13] = {
+		TEXTOID, TIMESTAMPTZOID, INT2OID, TEXTOID, TEXTOID, INT4OID, INT4OID,
+		UUIDOID, INT8OID, BOOLOID, TEXTARRAYOID, TIDOID, TIDOID
+	};
+	Datum		values[13];
+	char		nulls[13];
+
+#define TASK_COLUMNS \
+	"INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt," \
+	"  relative_attempt, task_id, seq, due"
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = CStringGetTextDatum(row->task_group);
+	values[1] = TimestampTzGetDatum(row->start_at);
+	values[2] = Int16GetDatum((int16) row->priority);
+	values[3] = CStringGetTextDatum(row->tenant);
+	values[4] = CStringGetTextDatum(row->job_id);
+	values[5] = Int32GetDatum(row->attempt);
+	values[6] = Int32GetDatum(row->relative_attempt);
+	values[7] = row->task_id;
+	values[8] = Int64GetDatum(row->seq);
+	values[9] = BoolGetDatum(row->due);
+	if (row->limited)
+		values[10] = silo_holds_datum(row->holds);
+	else
+		nulls[10] = 'n';
+	values[11] = PointerGetDatum(&row->info_tid);
+	nulls[11] = row->has_info_tid ? ' ' : 'n';
+	values[12] = PointerGetDatum(&row->status_tid);
+	nulls[12] = row->has_status_tid ? ' ' : 'n';
+
+	if (silo_schema()->has_status_index)
+		silo_exec(&plan,
+				  TASK_COLUMNS ", holds, job_info_tid, job_status_tid)"
+				  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+				  13, types, values, nulls, false, 0);
+	else if (row->limited)
+		silo_exec(&plan_pre15,
+				  TASK_COLUMNS ", holds) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+				  11, types, values, nulls, false, 0);
+	else
+		silo_exec(&plan_pre11,
+				  TASK_COLUMNS ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+				  10, types, values, nulls, false, 0);
+}
