@@ -18,7 +18,8 @@
 /* The channel every wake-up goes to; the payload is the task group. */
 #define SILO_NOTIFY_CHANNEL		"silo_task_ready"
 
-/* groups coalesced at most; a task group name is at most SILO_MAX_GROUP_LEN
+/* capacity of the coalescing table: task groups coalesced at once (idle
+ * ones are freed, notify.c); a task group name is at most SILO_MAX_GROUP_LEN
  * characters, not bytes */
 #define SILO_NOTIFY_ENTRIES 512
 #define SILO_NOTIFY_NAME_BYTES (SILO_MAX_GROUP_LEN * MAX_MULTIBYTE_CHAR_LEN + 1)

@@ -12,7 +12,16 @@
 #  - a burst of 30 enqueues in one window: still coalesced (a few
 #    notifications, not 30), and more than the leading one;
 #  - an aborted enqueue deferred in the window leaves nothing pending;
-#  - a deferred wake-up is sent while the broker is paused too.
+#  - a deferred wake-up is sent while the broker is paused too;
+#  - after more groups than the coalescing table holds (SILO_NOTIFY_ENTRIES)
+#    have each been notified once and gone idle, a new group is still
+#    coalesced: idle entries are freed.  (The table used to keep every group
+#    it had ever seen, so once it was full no new group was coalesced.)
+#
+# Every wait is a poll for a condition with a deadline.  Where a test shows
+# that a notification does NOT come, it looks until a deadline measured
+# from the event after which none may come (the last commit), one window
+# plus a margin for the broker's wake-up later.
 
 use strict;
 use warnings FATAL => 'all';
@@ -31,24 +40,45 @@ $broker //= 0;
 my $listener = $node->background_psql('postgres');
 $listener->query_safe('LISTEN silo_task_ready');
 
-# collect: poll the listener (psql prints notifications after each query)
-# until $want notifications for $group have arrived or the deadline passes;
-# returns the list of [pid, time seen].
-sub collect
+my $window = 1.0;    # silo.notify_coalesce_ms, in seconds
+my $margin = 2.0;    # for the broker to wake up and send a due wake-up
+
+# collect_until: poll the listener (psql prints notifications after each
+# query; 20 ms between polls) until $want notifications for $group have
+# arrived or time() reaches $deadline (it polls at least once, so a deadline
+# already past still collects what has arrived); returns the list of [pid,
+# time seen].
+sub collect_until
 {
-	my ($group, $want, $timeout) = @_;
+	my ($group, $want, $deadline) = @_;
 	my @seen;
-	my $deadline = time() + $timeout;
 	my $re = qr/Asynchronous notification "silo_task_ready" with payload "\Q$group\E" received from server process with PID (\d+)/;
-	while (time() < $deadline)
+	while (1)
 	{
 		my $out = $listener->query_safe('SELECT 1');
 		my $t = time();
 		push @seen, [$1, $t] while $out =~ /$re/g;
-		last if @seen >= $want;
+		last if @seen >= $want || $t >= $deadline;
 		usleep(20_000);
 	}
 	return @seen;
+}
+
+# collect: collect_until, with a deadline $timeout seconds from now.
+sub collect
+{
+	my ($group, $want, $timeout) = @_;
+	return collect_until($group, $want, time() + $timeout);
+}
+
+# quiet_after: the notifications for $group that arrive until one window
+# plus the margin after $event (a time() at which the last commit that could
+# cause one had ended): a wake-up deferred by that commit is due within the
+# window, so anything later would not be one of them.
+sub quiet_after
+{
+	my ($group, $event) = @_;
+	return collect_until($group, 1_000_000, $event + $window + $margin);
 }
 
 # ---------------------------------------------------------------------------
@@ -73,12 +103,15 @@ SKIP:
 # A burst within one window is coalesced, and ends with a notification.
 # ---------------------------------------------------------------------------
 
-usleep(1_100_000);		# a fresh window
+# (each group has a window of its own: a new group needs no wait for one)
 my $burst_start = time();
 $node->safe_psql('postgres', join("\n",
 	map { "SELECT silo.enqueue('g_burst', '{}', id => 'burst-$_');" } 1 .. 30));
 my $burst_end = time();
-my @burst = collect('g_burst', 100, ($burst_end - $burst_start) + 4);
+# the leading and a trailing notification, then whatever else comes before
+# the last commit's wake-up is certainly out
+my @burst = collect('g_burst', 2, 15);
+push @burst, quiet_after('g_burst', $burst_end);
 my $windows = int(($burst_end - $burst_start) / 1.0) + 1;
 note(sprintf('burst of 30 commits took %.2f s, %d notifications', $burst_end - $burst_start, scalar @burst));
 cmp_ok(scalar(@burst), '>=', 2, 'burst: the leading and a trailing notification arrive');
@@ -90,13 +123,18 @@ cmp_ok(scalar(@burst), '<=', 2 * $windows + 1, 'burst: coalesced, at most about 
 # rates.
 # ---------------------------------------------------------------------------
 
+# (the second enqueue waits, in the server, until the window has passed
+# since the first one's commit, which follows its NOTIFY's time stamp)
 my $spaced = $node->safe_psql('postgres', q{
 SET silo.notify_coalesce_ms = 1;
 SELECT silo.enqueue('g_spaced', '{}', id => 'spaced-1');
-SELECT pg_sleep(0.02);
+SELECT silotest.wait_for($$SELECT clock_timestamp() >= pg_xact_commit_timestamp(xmin) + interval '1 ms'
+                           FROM silo.job_info WHERE id = 'spaced-1'$$, 10000) IS NOT NULL;
 SELECT silo.enqueue('g_spaced', '{}', id => 'spaced-2');
 SELECT pg_backend_pid();});
+my ($spaced_waited) = $spaced =~ /^([tf])$/m;
 my ($producer) = $spaced =~ /(\d+)\s*$/;
+is($spaced_waited, 't', 'default window: the window after the first enqueue passed');
 my @spaced = collect('g_spaced', 2, 10);
 is(scalar(@spaced), 2, 'default window: two spaced enqueues, two notifications');
 is(join(',', map { $_->[0] } @spaced), "$producer,$producer",
@@ -106,10 +144,11 @@ is(join(',', map { $_->[0] } @spaced), "$producer,$producer",
 # An aborted enqueue leaves no wake-up behind.
 # ---------------------------------------------------------------------------
 
-usleep(1_100_000);
 $node->psql('postgres', q{SELECT silo.enqueue('g_abort', '{}', id => 'abort-1');
 BEGIN; SELECT silo.enqueue('g_abort', '{}', id => 'abort-2'); ROLLBACK;});
-my @abort = collect('g_abort', 2, 3);
+my $abort_end = time();
+my @abort = collect('g_abort', 1, 15);
+push @abort, quiet_after('g_abort', $abort_end);
 is(scalar(@abort), 1, 'an enqueue rolled back inside the window is not notified later');
 
 # ---------------------------------------------------------------------------
@@ -120,7 +159,6 @@ my $logpos = log_position($node);
 $node->safe_psql('postgres', 'ALTER SYSTEM SET silo.broker_paused = on');
 $node->reload;
 ok(wait_for_log_until($node, qr/silo broker paused/, $logpos, 30), 'the broker says it is paused');
-usleep(1_100_000);
 $node->safe_psql('postgres', q{SELECT silo.enqueue('g_paused', '{}', id => 'paused-1');
 SELECT silo.enqueue('g_paused', '{}', id => 'paused-2');});
 my @paused = collect('g_paused', 2, 15);
@@ -129,6 +167,61 @@ $logpos = log_position($node);
 $node->safe_psql('postgres', 'ALTER SYSTEM RESET silo.broker_paused');
 $node->reload;
 ok(wait_for_log_until($node, qr/silo broker resumed/, $logpos, 30), 'and then resumed');
+
+# ---------------------------------------------------------------------------
+# More groups than the table holds, each notified once and gone idle: a new
+# group is still coalesced.
+# ---------------------------------------------------------------------------
+
+# SILO_NOTIFY_ENTRIES, from the tree under test (prove runs in its root)
+my $entries;
+if (open my $fh, '<', 'src/ipc/silo_ipc.h')
+{
+	while (<$fh>)
+	{
+		$entries = $1 if /^#define\s+SILO_NOTIFY_ENTRIES\s+(\d+)/;
+	}
+	close $fh;
+}
+ok(defined $entries, 'SILO_NOTIFY_ENTRIES read from src/ipc/silo_ipc.h');
+$entries //= 512;
+my $nfill = $entries + 100;
+
+# one transaction, one due job (and one NOTIFY) in each of $nfill new groups
+$node->safe_psql('postgres', qq{
+SELECT count(silo.enqueue('g_fill_' || i, '{}', id => 'fill-' || i))
+  FROM generate_series(1, $nfill) i;});
+# idle once the window since that commit (which follows every NOTIFY's time
+# stamp) has passed
+is($node->safe_psql('postgres', q{
+SELECT silotest.wait_for($$SELECT clock_timestamp() >= pg_xact_commit_timestamp(xmin) + interval '1 s'
+                           FROM silo.job_info WHERE id = 'fill-1'$$, 10000) IS NOT NULL;}),
+	't', "$nfill groups notified once, and their window has passed");
+
+my $after_start = time();
+my $after_out = $node->safe_psql('postgres', join("\n",
+	(map { "SELECT silo.enqueue('g_after', '{}', id => 'after-$_');" } 1 .. 30),
+	'SELECT pg_backend_pid();'));
+my $after_end = time();
+my ($after_producer) = $after_out =~ /(\d+)\s*$/;
+my @after = collect('g_after', 2, 15);
+push @after, quiet_after('g_after', $after_end);
+my $after_took = $after_end - $after_start;
+# All 30 commits inside one window: the leading NOTIFY and one trailing one.
+# A slower run spans more windows: at most about two per window, as above.
+my $after_max = $after_took < $window ? 2 : 2 * (int($after_took / $window) + 1) + 1;
+note(sprintf('after %d groups: burst of 30 commits took %.2f s, %d notifications',
+	$nfill, $after_took, scalar @after));
+cmp_ok(scalar(@after), '>=', 2, 'new group after a full table: the leading and a trailing notification arrive');
+cmp_ok(scalar(@after), '<=', $after_max,
+	'new group after a full table: still coalesced (a freed entry is reused)');
+SKIP:
+{
+	skip 'notifications missing', 2 if @after < 2;
+	is($after[0][0], $after_producer // -1, 'the leading notification is sent by the producer');
+	ok((grep { $_->[0] == $broker } @after[1 .. $#after]) > 0,
+		'a trailing notification is sent by the broker');
+}
 
 $listener->quit;
 
