@@ -13,7 +13,7 @@ EXTENSION = silo
 MODULE_big = silo
 # src/ is arranged by subsystem, one folder each (src/README.md has the
 # layers and the calls each may make; "make check-layers" checks them).
-SILO_LAYERS = module api bgw core limits ipc storage util
+SILO_LAYERS = module api bgw core cluster limits ipc storage util
 OBJS = $(patsubst %.c,%.o,$(foreach d,$(SILO_LAYERS),$(wildcard src/$(d)/*.c)))
 DATA = $(wildcard sql/silo--*.sql)
 PGFILEDESC = "silo - durable multi-tenant job queue"
@@ -67,3 +67,6 @@ stress:
 
 bench:
 	@bash bench/run.sh
+include mk/etcd.mk
+include mk/coordinator.mk
+include mk/siloctl.mk

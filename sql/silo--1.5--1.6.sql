@@ -26,7 +26,7 @@ $$;
  * database owner who set the database's search_path to a schema of theirs
  * had their own to_regprocedure() run as a superuser.  The new command
  * names everything by schema (docs/security.md); it is the text of
- * SILO_PURGE_COMMAND in src/silo.h, and the broker writes it too.  Only
+ * SILO_PURGE_COMMAND in src/bgw/silo_bgw.h, and the broker writes it too.  Only
  * jobs run by a superuser are silo's (the broker schedules it as itself).
  */
 SELECT cron.alter_job(j.jobid,

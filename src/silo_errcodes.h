@@ -37,4 +37,11 @@
  * a refresh report on a job's task) */
 #define ERRCODE_SILO_WRONG_TASK_KIND		MAKE_SQLSTATE('S','L','0','1','0')
 
+/* SL020: cluster mode: the tenant's shard is owned by another node; the
+ * DETAIL is a JSON object naming the owner (docs/cluster.md) */
+#define ERRCODE_SILO_NOT_OWNER				MAKE_SQLSTATE('S','L','0','2','0')
+/* SL021: cluster mode: the tenant's shard cannot be served here right now
+ * (paused for a move, being acquired, membership not proven); retry */
+#define ERRCODE_SILO_SHARD_UNAVAILABLE		MAKE_SQLSTATE('S','L','0','2','1')
+
 #endif							/* SILO_ERRCODES_H */

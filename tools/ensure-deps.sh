@@ -5,7 +5,10 @@
 # a package is missing, running "apt-get update" once per call.
 #
 # Installing postgresql-15 may create and start the default cluster 15/main
-# on port 5432.  Nothing in silo's scripts ever connects to it.
+# on port 5432.  Nothing in silo's scripts ever connects to it.  Likewise
+# etcd-server enables an "etcd" systemd service (localhost:2379, data in
+# /var/lib/etcd/default) and starts it where systemd runs; the tests never
+# use it: they start their own members on free ports and stop them by pid.
 
 SILO_DEB_PACKAGES=(
 	postgresql-15				# server binaries, initdb, pg_ctl, psql
@@ -21,6 +24,8 @@ SILO_DEB_PACKAGES=(
 	perl						# prove, Test::More
 	libipc-run-perl				# PostgreSQL::Test::Cluster
 	libio-pty-perl				# IPC::Run ptys (interactive_psql)
+	etcd-server					# test/t/013_etcd_client.pl runs its own etcd
+								# members (3.4) on free loopback ports
 )
 
 # silo_missing_packages: print the packages that are not installed, one a line.

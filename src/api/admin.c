@@ -92,6 +92,7 @@ silo_reset_floating_limit(PG_FUNCTION_ARGS)
 	bool		found;
 
 	silo_api_begin("silo.reset_floating_limit", SILO_API_READ_COMMITTED | SILO_API_WRITES);
+	silo_api_tenant(tenant);
 	silo_spi_connect();
 	found = silo_floating_reset(tenant, key, silo_now_ts());
 	silo_spi_finish();

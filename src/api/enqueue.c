@@ -62,6 +62,7 @@ silo_enqueue(PG_FUNCTION_ARGS)
 	silo_require_arg(fcinfo, 9, "on_conflict");
 	args.ignore_conflict = enqueue_parse_on_conflict(text_to_cstring(PG_GETARG_TEXT_PP(9)));
 	silo_api_begin("silo.enqueue", SILO_API_WRITES | SILO_API_ANY_SCHEMA);
+	silo_api_tenant(args.tenant);
 
 	PG_RETURN_TEXT_P(cstring_to_text(silo_enqueue_job(&args)));
 }
@@ -276,6 +277,7 @@ silo_enqueue_many(PG_FUNCTION_ARGS)
 			continue;
 		memset(&args, 0, sizeof(args));
 		enqueue_from_json(&v, &args);
+		silo_api_tenant(args.tenant);
 		args.chains = &chains;
 		id = CStringGetTextDatum(silo_enqueue_job(&args));
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &id, &isnull);

@@ -27,6 +27,7 @@ job_args(FunctionCallInfo fcinfo, const char *fn, int flags, char **tenant, char
 	*id = silo_text_arg(fcinfo, 0, "job_id", 1, SILO_MAX_ID_LEN);
 	*tenant = silo_text_arg(fcinfo, 1, "tenant", 1, SILO_MAX_TENANT_LEN);
 	silo_api_begin(fn, flags);
+	silo_api_tenant(*tenant);
 }
 
 /*

@@ -42,3 +42,14 @@ silo_api_require_writable(const char *fn)
 	PreventCommandIfReadOnly(fn);
 	PreventCommandIfParallelMode(fn);
 }
+
+/*
+ * silo_api_tenant: the second half of the prologue, for an entry point
+ * that names a tenant: in cluster mode its shard must be served here
+ * (SL020 with the owner, or SL021); nothing in single-node mode.
+ */
+void
+silo_api_tenant(const char *tenant)
+{
+	silo_cluster_check_tenant(tenant);
+}

@@ -22,5 +22,6 @@
 /* prologue.c */
 extern void silo_api_begin(const char *fn, int flags);
 extern void silo_api_require_writable(const char *fn);
+extern void silo_api_tenant(const char *tenant);
 
 #endif							/* SILO_API_H */

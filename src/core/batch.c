@@ -266,6 +266,10 @@ silo_complete_batch(ReturnSetInfo *rsinfo, int ntasks, Datum *ids, Datum *result
 							silo_uuid_to_cstring(ids[k]),
 							TextDatumGetCString(silo_table_get(lease, BL_KIND, &isnull))),
 					 errhint("Answer a refresh task with silo.report_refresh or silo.fail_refresh.")));
+		/* cluster mode: every task's shard must be served here, or nothing is done */
+		if (silo_cluster_mode())
+			silo_cluster_check_tenant(TextDatumGetCString(silo_table_get(lease, BL_TENANT,
+																		 &isnull)));
 		nrun++;
 
 		memset(&row, 0, sizeof(row));

@@ -196,6 +196,7 @@ lease_take(SiloDirect *d, ReturnSetInfo *rsinfo, const char *task_group, int32 m
 	ScanKeyData row[3];
 	Datum		worker_text = CStringGetTextDatum(worker_id);
 	Datum		run = CStringGetTextDatum("run");
+	bool		cluster = silo_cluster_mode();
 	int			n = 0;
 
 	/* the lease rows are written page by page when the work ends */
@@ -213,6 +214,14 @@ lease_take(SiloDirect *d, ReturnSetInfo *rsinfo, const char *task_group, int32 m
 		bool		hint_null;
 		bool		isnull;
 		int			c;
+
+		/*
+		 * Cluster mode: a task of a shard this node does not serve (rows
+		 * left by a force-released shard, say) is passed over.
+		 */
+		if (cluster && !silo_cluster_serves_tenant(TextDatumGetCString(
+													silo_table_get(task, LT_TENANT, &isnull))))
+			continue;
 
 		/*
 		 * The delete is the lock (SKIP LOCKED): a task another transaction
@@ -412,10 +421,12 @@ silo_heartbeat_lease(Datum task_id, const char *worker_id, int32 lease_ms)
 			  "UPDATE silo.task_lease l SET expires_at = $3"
 			  " WHERE task_id = $1 AND worker_id = $2 AND expires_at > $4"
 			  " RETURNING l.kind = 'run' AND EXISTS (SELECT 1 FROM silo.job_cancellation c"
-			  "   WHERE c.tenant = l.tenant AND c.job_id = l.job_id)",
+			  "   WHERE c.tenant = l.tenant AND c.job_id = l.job_id), l.tenant",
 			  4, types, values, NULL, false, 0);
 	if (SPI_processed == 1)
 	{
+		/* the check the prologue could not make: the lease names the tenant */
+		silo_cluster_check_tenant(silo_col_text(0, 2));
 		cancelled = silo_col_bool(0, 1);
 		silo_spi_finish();
 		return cancelled;

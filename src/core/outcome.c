@@ -365,6 +365,8 @@ silo_take_reported_lease(Datum task_id, const char *worker_id, TimestampTz now,
 {
 	silo_spi_connect();
 	outcome_take_lease(task_id, worker_id, now, lease);
+	/* the check the prologue could not make: the lease names the tenant */
+	silo_cluster_check_tenant(lease->tenant);
 	if (strcmp(lease->kind, kind) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_SILO_WRONG_TASK_KIND),

@@ -12,6 +12,7 @@
 #ifndef SILO_CORE_H
 #define SILO_CORE_H
 
+#include "silo_cluster.h"
 #include "silo_limits.h"
 
 #include "funcapi.h"

@@ -13,7 +13,9 @@
 #include <limits.h>
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "miscadmin.h"
+#include "replication/logicallauncher.h"
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
@@ -29,6 +31,9 @@ static shmem_startup_hook_type silo_prev_shmem_startup_hook = NULL;
 void		_PG_init(void);
 static void silo_define_gucs(void);
 static void silo_register_broker(void);
+static void silo_define_cluster_gucs(void);
+static void silo_check_cluster_settings(void);
+static void silo_register_coordinator(void);
 static void silo_xact_callback(XactEvent event, void *arg);
 static void silo_subxact_callback(SubXactEvent event, SubTransactionId my_subid,
 								  SubTransactionId parent_subid, void *arg);
@@ -60,7 +65,14 @@ _PG_init(void)
 	shmem_startup_hook = silo_startup_shmem_hook;
 
 	if (!IsBinaryUpgrade)
+	{
 		silo_register_broker();
+		if (silo_cluster_mode())
+		{
+			silo_check_cluster_settings();
+			silo_register_coordinator();
+		}
+	}
 }
 
 /*
@@ -117,6 +129,8 @@ silo_define_gucs(void)
 							GUC_UNIT_MS | GUC_SUPERUSER_ONLY,
 							NULL, NULL, NULL);
 
+	silo_define_cluster_gucs();
+
 	/*
 	 * Read-only: the version of the library this server runs (since 1.5),
 	 * which an upgrade script checks before changing what the library
@@ -132,6 +146,125 @@ silo_define_gucs(void)
 							   NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("silo");
+}
+
+/*
+ * silo_define_cluster_gucs: the settings of cluster mode (docs/cluster.md).
+ * Single-node mode is silo.etcd_endpoints empty.
+ */
+static void
+silo_define_cluster_gucs(void)
+{
+	DefineCustomStringVariable("silo.etcd_endpoints",
+							   "etcd client URLs of cluster mode, comma-separated.",
+							   "Empty (the default) is single-node mode.",
+							   &silo_etcd_endpoints,
+							   "",
+							   PGC_POSTMASTER,
+							   GUC_SUPERUSER_ONLY,
+							   NULL, NULL, NULL);
+	DefineCustomStringVariable("silo.node_id",
+							   "This node's stable id in the cluster.",
+							   "A restarted node with the same id reclaims its shards.",
+							   &silo_node_id,
+							   "",
+							   PGC_POSTMASTER,
+							   0,
+							   NULL, NULL, NULL);
+	DefineCustomStringVariable("silo.cluster_prefix",
+							   "Prefix of every key silo keeps in etcd.",
+							   NULL,
+							   &silo_cluster_prefix,
+							   "silo",
+							   PGC_POSTMASTER,
+							   0,
+							   NULL, NULL, NULL);
+	DefineCustomStringVariable("silo.advertise_conninfo",
+							   "How clients and peers reach this node (shown in NOT_OWNER errors).",
+							   "Must hold no secret: put passwords in a password file.",
+							   &silo_advertise_conninfo,
+							   "",
+							   PGC_SIGHUP,
+							   0,
+							   NULL, NULL, NULL);
+	DefineCustomStringVariable("silo.replication_conninfo",
+							   "How peers connect to this node to replicate a shard from it.",
+							   "Empty uses silo.advertise_conninfo.",
+							   &silo_replication_conninfo,
+							   "",
+							   PGC_SIGHUP,
+							   GUC_SUPERUSER_ONLY,
+							   NULL, NULL, NULL);
+	DefineCustomIntVariable("silo.initial_shard_count",
+							"Number of shards of a new cluster's shard map.",
+							"Read only by the node that creates the map.",
+							&silo_initial_shard_count,
+							8,
+							1, SILO_MAX_SHARDS,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("silo.lease_ttl_s",
+							"TTL of this node's membership lease in etcd.",
+							"The node stops serving before it can expire elsewhere.",
+							&silo_lease_ttl_s,
+							10,
+							2, 300,
+							PGC_POSTMASTER,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+}
+
+/*
+ * silo_check_cluster_settings: cluster mode needs settings that only a
+ * restart changes: refuse to start without them, saying which.
+ */
+static void
+silo_check_cluster_settings(void)
+{
+	if (silo_node_id == NULL || silo_node_id[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("silo.node_id must be set in cluster mode"),
+				 errdetail("silo.etcd_endpoints is set, so this server is a node of a cluster, and a node needs a stable id."),
+				 errhint("Set silo.node_id in postgresql.conf to a name unique in the cluster (docs/cluster.md).")));
+	if (strlen(silo_node_id) >= SILO_NODE_ID_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("silo.node_id must be shorter than %d bytes", SILO_NODE_ID_LEN)));
+	if (wal_level < WAL_LEVEL_LOGICAL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cluster mode needs wal_level = logical"),
+				 errdetail("A shard's rows move between nodes by logical replication, and wal_level changes only with a restart."),
+				 errhint("Set wal_level = logical in postgresql.conf (docs/cluster.md).")));
+	if (max_logical_replication_workers < 2)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cluster mode needs max_logical_replication_workers of at least 2"),
+				 errdetail("A shard moving in takes a subscription's apply worker and its table synchronization."),
+				 errhint("Set max_logical_replication_workers = 4 (the default) or more.")));
+}
+
+/*
+ * silo_register_coordinator: the coordinator lives in a library of its
+ * own (silo_coordinator, linked with libcurl), so that backends that only
+ * load silo never load libcurl; it restarts a second after it exits.
+ */
+static void
+silo_register_coordinator(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 1;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "silo_coordinator");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "silo_coordinator_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "silo coordinator");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "silo coordinator");
+	RegisterBackgroundWorker(&worker);
 }
 
 /*
@@ -223,6 +356,7 @@ silo_request_shmem_hook(void)
 		silo_prev_shmem_request_hook();
 	silo_ipc_shmem_request();
 	silo_mark_shmem_request();
+	silo_cluster_shmem_request();
 }
 
 /*
@@ -237,5 +371,6 @@ silo_startup_shmem_hook(void)
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	silo_ipc_shmem_startup();
 	silo_mark_shmem_startup();
+	silo_cluster_shmem_startup();
 	LWLockRelease(AddinShmemInitLock);
 }
