@@ -74,11 +74,44 @@ SELECT silo.enqueue('adv', tenant => repeat(E'e\u0301', 32)) IS NOT NULL AS comb
 SELECT pg_temp.fingerprint() <> :'fp' AS fingerprint_sees_writes;
 
 -- whitespace-only and look-alike ids are distinct, valid ids; they come
--- back byte for byte
+-- back byte for byte (tab and newline were valid too until 1.7: see below)
 SELECT to_json(silo.enqueue('ws', tenant => 'ws', id => v)) AS id
-  FROM (VALUES (1, ' '), (2, '  '), (3, E'\t'), (4, E'\n'), (5, ' a'), (6, 'a '), (7, 'a'), (8, 'A'),
+  FROM (VALUES (1, ' '), (2, '  '), (5, ' a'), (6, 'a '), (7, 'a'), (8, 'A'),
 			   (9, E'\u00e9'), (10, E'e\u0301')) t(n, v)
  ORDER BY n;
+
+-- since 1.7 a new tenant, id, task group or limit key must not hold a
+-- control or format character (they reach logs and notifications as they
+-- are: a newline forges a log line, U+202E reverses what a reader sees):
+-- 22023, nothing written
+SELECT test_helpers.rows('ctl') AS before;
+SELECT label, test_helpers.sqlstate_of(sql) AS refused FROM (VALUES
+  ('tab id', format('SELECT silo.enqueue(%L, tenant => %L, id => %L)', 'ctl', 'ctl', E'a\tb')),
+  ('newline id', format('SELECT silo.enqueue(%L, tenant => %L, id => %L)', 'ctl', 'ctl', E'a\nb')),
+  ('DEL id', format('SELECT silo.enqueue(%L, tenant => %L, id => %L)', 'ctl', 'ctl', E'a\u007fb')),
+  ('C1 id', format('SELECT silo.enqueue(%L, tenant => %L, id => %L)', 'ctl', 'ctl', E'a\u0085b')),
+  ('RLO tenant', format('SELECT silo.enqueue(%L, tenant => %L)', 'ctl', E'\u202Ectl')),
+  ('zero-width tenant', format('SELECT silo.enqueue(%L, tenant => %L)', 'ctl', E'c\u200Btl')),
+  ('BOM group', format('SELECT silo.enqueue(%L, tenant => %L)', E'\uFEFFctl', 'ctl')),
+  ('line separator group', format('SELECT silo.enqueue(%L, tenant => %L)', E'ctl\u2028', 'ctl')),
+  ('CR limit key', format('SELECT silo.enqueue(%L, tenant => %L, limits => %L)', 'ctl', 'ctl',
+	 '[{"type": "concurrency", "key": "k\r", "maxConcurrency": 1}]')),
+  ('enqueue_many', format('SELECT silo.enqueue_many(%L)',
+	 jsonb_build_array(jsonb_build_object('task_group', 'ctl', 'tenant', 'ctl', 'id', E'x\ny'))))
+  ) t(label, sql);
+SELECT test_helpers.rows('ctl') AS after;
+-- a job whose id holds one, written before 1.7 (made here by renaming a
+-- job's rows), can still be looked up, cancelled, read and deleted
+SELECT silo.enqueue('ctl', tenant => 'ctl', id => 'legacy');
+UPDATE silo.job_info SET id = E'leg\tacy' WHERE tenant = 'ctl' AND id = 'legacy';
+UPDATE silo.job_status SET id = E'leg\tacy' WHERE tenant = 'ctl' AND id = 'legacy';
+UPDATE silo.job_status_index SET id = E'leg\tacy' WHERE tenant = 'ctl' AND id = 'legacy';
+UPDATE silo.task SET job_id = E'leg\tacy' WHERE tenant = 'ctl' AND job_id = 'legacy';
+SELECT to_json(id) AS id, status FROM silo.jobs WHERE tenant = 'ctl';
+SELECT silo.cancel(E'leg\tacy', 'ctl');
+SELECT status FROM silo.job_result(E'leg\tacy', 'ctl');
+SELECT silo.delete_job(E'leg\tacy', 'ctl') AS deleted;
+SELECT test_helpers.rows('ctl') AS gone;
 SELECT count(*) AS distinct_jobs FROM silo.job_info WHERE tenant = 'ws';
 SELECT to_json(job_id) AS leased_id FROM silo.lease('w', 'ws', 10, 3600000) ORDER BY job_id COLLATE "C";
 -- a duplicate of a whitespace id is still a duplicate

@@ -57,6 +57,7 @@ SELECT regexp_replace(call, '[0-9a-f]{8}-[0-9a-f-]{27}', '<uuid>', 'g') AS call,
 	(format('SELECT silo.complete_many(ARRAY[%L]::uuid[], ''w2'', ''{}''::jsonb[])', :'theirs')),
 	(format('SELECT silo.complete_many(ARRAY[[%L]]::uuid[], ''w2'')', :'theirs')),
 	(format('SELECT silo.complete_many(ARRAY[%L]::uuid[], ''w2'', ARRAY[[''{}'']]::jsonb[])', :'theirs')),
+	(format('SELECT silo.complete_many(ARRAY[%L]::uuid[], ''w2'', ''[0:0]={"{}"}''::jsonb[])', :'theirs')),
 	(format('SELECT silo.complete_many(ARRAY[%L]::uuid[], NULL)', :'theirs')),
 	(format('SELECT silo.complete_many(ARRAY[%L]::uuid[], '''')', :'theirs')),
 	('SELECT silo.complete_many((SELECT array_agg(gen_random_uuid()) FROM generate_series(1, 1001)), ''w2'')')

@@ -388,7 +388,9 @@ suite_tap()
 
 # suite_layers: the calls between src/'s folders go down the table of
 # src/README.md (tools/check-layers.sh, on the objects just built), and
-# the check catches an upward call built for the purpose.
+# the check catches an upward call built for the purpose; and every error
+# message docs/sqlstates.md quotes is one a regress test has seen
+# (tools/check-docs-messages.sh).
 suite_layers()
 {
 	local pass=0 fail=0 out
@@ -407,6 +409,14 @@ suite_layers()
 	else
 		say "$out"
 		say "layers selftest ... FAILED"
+		fail=$((fail + 1))
+	fi
+	if out=$("$SRC/tools/check-docs-messages.sh" 2>&1); then
+		say "docs messages ... ok"
+		pass=$((pass + 1))
+	else
+		say "$out"
+		say "docs messages ... FAILED"
 		fail=$((fail + 1))
 	fi
 	record layers "$pass" "$fail" 0

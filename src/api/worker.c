@@ -199,10 +199,11 @@ batch_check_task_ids(ArrayType *arr)
 
 /*
  * batch_check_results: results, when given, pairs each task with its
- * result: a one-dimensional array as long as task_ids (nulls allowed).
+ * result: a one-dimensional array as long as task_ids, with the same
+ * subscripts (nulls allowed).
  */
 static void
-batch_check_results(ArrayType *arr, int ntasks)
+batch_check_results(ArrayType *arr, ArrayType *task_ids, int ntasks)
 {
 	int			n = ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr));
 
@@ -215,6 +216,14 @@ batch_check_results(ArrayType *arr, int ntasks)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("results has %d elements but task_ids has %d", n, ntasks),
 				 errdetail("results[i] is the result of task_ids[i]; pass NULL for no results.")));
+	/* pairing is by subscript: both arrays must start at the same one */
+	if (n > 0 && ARR_LBOUND(arr)[0] != ARR_LBOUND(task_ids)[0])
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("results must have the same subscripts as task_ids"),
+				 errdetail("task_ids starts at subscript %d, results at %d.",
+						   ARR_LBOUND(task_ids)[0], ARR_LBOUND(arr)[0]),
+				 errhint("results[i] is the result of task_ids[i].")));
 }
 
 /*
@@ -244,7 +253,7 @@ silo_complete_many(PG_FUNCTION_ARGS)
 	task_ids = PG_ARGISNULL(0) ? construct_empty_array(UUIDOID) : PG_GETARG_ARRAYTYPE_P(0);
 	ntasks = batch_check_task_ids(task_ids);
 	if (!PG_ARGISNULL(2))
-		batch_check_results(PG_GETARG_ARRAYTYPE_P(2), ntasks);
+		batch_check_results(PG_GETARG_ARRAYTYPE_P(2), task_ids, ntasks);
 	silo_api_begin("silo.complete_many", SILO_API_READ_COMMITTED);
 
 	/* SETOF uuid: the call site's expected descriptor is the row type */

@@ -37,9 +37,14 @@ static void
 enqueue_validate(SiloEnqueueArgs *args)
 {
 	silo_check_length("task_group", args->task_group, 1, SILO_MAX_GROUP_LEN);
+	silo_check_name("task_group", args->task_group);
 	silo_check_length("tenant", args->tenant, 1, SILO_MAX_TENANT_LEN);
+	silo_check_name("tenant", args->tenant);
 	if (args->id != NULL)
+	{
 		silo_check_length("id", args->id, 1, SILO_MAX_ID_LEN);
+		silo_check_name("id", args->id);
+	}
 	silo_check_range("priority", args->priority, 0, 99);
 	if (TIMESTAMP_NOT_FINITE(args->start_at))
 		ereport(ERROR,

@@ -37,6 +37,14 @@ typedef struct LimitsSeen
 	bool		duration;
 } LimitsSeen;
 
+
+/*
+ * Whether the limits being parsed are a new job's (enqueue normalizes
+ * them): only new keys are refused for control characters; stored ones
+ * are read back as they are.
+ */
+static bool parse_new = false;
+
 /*
  * limits_error: raise 22023 about field of limit number index.
  */
@@ -82,6 +90,8 @@ limits_string(int index, const char *field, JsonbValue *v)
 	s = pnstrdup(v->val.string.val, v->val.string.len);
 	snprintf(what, sizeof(what), "limits[%d].%s", index, field);
 	silo_check_length(what, s, 1, SILO_MAX_LIMIT_KEY_LEN);
+	if (parse_new)
+		silo_check_name(what, s);
 	return s;
 }
 
@@ -320,6 +330,7 @@ silo_parse_limits(Jsonb *limits, SiloLimit **out, Jsonb **normalized)
 	int			i,
 				j;
 
+	parse_new = normalized != NULL;
 	if (!JB_ROOT_IS_ARRAY(limits) || JB_ROOT_IS_SCALAR(limits))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

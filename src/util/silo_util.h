@@ -59,6 +59,7 @@ extern char *silo_text_arg(FunctionCallInfo fcinfo, int argno, const char *name,
 						   int minlen, int maxlen);
 extern void silo_require_read_committed(const char *fn);
 extern void silo_check_length(const char *name, const char *value, int min, int max);
+extern void silo_check_name(const char *name, const char *value);
 extern void silo_check_range(const char *name, int64 value, int64 min, int64 max);
 extern void silo_parse_retry_policy(Jsonb *policy, SiloRetryPolicy *out);
 extern void silo_check_metadata(Jsonb *metadata);

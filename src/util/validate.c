@@ -64,6 +64,58 @@ silo_check_length(const char *name, const char *value, int min, int max)
 }
 
 /*
+ * validate_invisible: whether code point c is one a name must not hold:
+ * a control character (C0, DEL, C1), a line or paragraph separator, or a
+ * format character that changes how text around it is shown (zero-width
+ * characters, bidirectional embeddings, overrides and isolates, the word
+ * joiner, the byte-order mark, soft hyphen).  Such a character in a name
+ * reaches logs and NOTIFY payloads verbatim: a newline forges a log line,
+ * U+202E reverses what a reader sees.
+ */
+static bool
+validate_invisible(pg_wchar c)
+{
+	return c < 0x20 || (c >= 0x7f && c <= 0x9f) || c == 0xad ||
+		(c >= 0x200b && c <= 0x200f) || (c >= 0x2028 && c <= 0x202e) ||
+		(c >= 0x2060 && c <= 0x2064) || (c >= 0x2066 && c <= 0x206f) ||
+		c == 0xfeff || (c >= 0xfff9 && c <= 0xfffb);
+}
+
+/*
+ * silo_check_name: a name silo creates something under (a tenant, a job
+ * id, a task group, a limit key) must not hold a control or format
+ * character (22023; validate_invisible says which).  Only new names are
+ * checked: existing rows with such names can still be looked up,
+ * cancelled and deleted.
+ */
+void
+silo_check_name(const char *name, const char *value)
+{
+	int			len = strlen(value);
+	pg_wchar   *chars = palloc(sizeof(pg_wchar) * (len + 1));
+	int			n;
+	int			i;
+
+	if (GetDatabaseEncoding() == PG_UTF8)
+		n = pg_mb2wchar_with_len(value, chars, len);
+	else
+	{
+		/* other encodings: their ASCII control bytes */
+		for (i = 0; i < len; i++)
+			chars[i] = (unsigned char) value[i] < 0x80 ? (unsigned char) value[i] : 0x80 + 0x20;
+		n = len;
+	}
+	for (i = 0; i < n; i++)
+		if (validate_invisible(chars[i]))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s must not contain control or format characters", name),
+					 errdetail("Character %d is U+%04X.", i + 1, (unsigned int) chars[i]),
+					 errhint("Names reach logs and notifications as they are; use visible characters.")));
+	pfree(chars);
+}
+
+/*
  * silo_check_range: value must lie in [min, max].
  */
 void
