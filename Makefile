@@ -4,6 +4,7 @@
 #   make install    install into the PostgreSQL found by PG_CONFIG (the
 #                   worker goes to its bindir as silo-worker)
 #   make test       install what is missing, build, run every suite
+#   make test-cluster  the cluster TAP tests, long scenarios included
 #   make demo       install what is missing, build, run a real demo
 #   make stress     the long randomized stress run
 #   make bench      the side-by-side benchmarks (bench/run.sh; not part of test)
@@ -13,7 +14,7 @@ EXTENSION = silo
 MODULE_big = silo
 # src/ is arranged by subsystem, one folder each (src/README.md has the
 # layers and the calls each may make; "make check-layers" checks them).
-SILO_LAYERS = module api bgw core cluster limits ipc storage util
+SILO_LAYERS = module api bgw core cluster limits tenancy ipc storage util
 OBJS = $(patsubst %.c,%.o,$(foreach d,$(SILO_LAYERS),$(wildcard src/$(d)/*.c)))
 DATA = $(wildcard sql/silo--*.sql)
 PGFILEDESC = "silo - durable multi-tenant job queue"
@@ -52,12 +53,17 @@ install-silo-worker: tools/silo-worker
 uninstall-silo-worker:
 	rm -f '$(DESTDIR)$(bindir)/silo-worker'
 
-.PHONY: test demo stress bench check-layers
+.PHONY: test test-cluster demo stress bench check-layers
 check-layers: all
 	@tools/check-layers.sh && tools/check-layers.sh --selftest
 
 test:
 	@bash test/run.sh
+
+# the cluster TAP tests with their long scenarios (017_cluster_long.pl
+# skips itself in "make test")
+test-cluster:
+	@SILO_TESTS=tap:cluster SILO_CLUSTER_LONG=1 bash test/run.sh
 
 demo:
 	@bash tools/demo.sh

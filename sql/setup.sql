@@ -104,7 +104,8 @@ LANGUAGE sql AS $$
 	TRUNCATE silo.job_info, silo.job_status, silo.job_status_index, silo.job_metadata, silo.task,
 			 silo.task_lease, silo.attempt, silo.job_cancellation,
 			 silo.chain_task, silo.concurrency_request, silo.concurrency_holder,
-			 silo.concurrency_regrant, silo.floating_limit, silo.rate_limit_bucket;
+			 silo.concurrency_regrant, silo.floating_limit, silo.rate_limit_bucket,
+			 silo.tenant_grant, silo.task_group_setting;
 $$;
 
 -- table_rows(): every table of schema silo (found in pg_class, so a table
@@ -202,9 +203,15 @@ SELECT silo.cancel('running', 'reset');
 -- (a regrant marker is written only when a release meets a busy key lock,
 -- which one session cannot make: write one)
 INSERT INTO silo.concurrency_regrant (tenant, queue, marked_at) VALUES ('reset', 'k', silo.now());
+-- a binding of a role to a tenant (tenancy, 1.7)
+CREATE ROLE regress_reset_bound NOLOGIN;
+SELECT silo.grant_tenant('regress_reset_bound', 'reset') AS bound;
+-- a task group setting (fair dispatch, 1.7)
+SELECT silo.configure_task_group('reset', 'round_robin') AS had;
 -- every table of schema silo now has rows (a table added later shows up
 -- here as a new line: fill it above, and add it to reset())
 SELECT table_name, n > 0 AS has_rows FROM test_helpers.table_rows();
 SELECT test_helpers.reset();
 -- ... and none has any left
 SELECT table_name AS left_behind_by_reset, n FROM test_helpers.table_rows() WHERE n > 0;
+DROP ROLE regress_reset_bound;

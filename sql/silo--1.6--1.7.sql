@@ -184,3 +184,287 @@ GRANT EXECUTE ON FUNCTION silo.setsum_accum(internal, text), silo.setsum_combine
 	silo.setsum_final(internal), silo.setsum(text),
 	silo.setsum_add(text, text), silo.setsum_sub(text, text), silo.setsum_item(text)
 	TO silo_admin;
+
+/* ---------------------------------------------------------------------
+ * Tenants as a security boundary (docs/security.md, "Tenants")
+ * ------------------------------------------------------------------- */
+
+/*
+ * Bindings: a role (by name: OIDs differ between nodes and are reused
+ * after DROP ROLE) acts only in the tenants it is bound to, '*' being
+ * every tenant; membership in a bound role binds too.  Dumped with the
+ * data (restore it after the roles: pg_dumpall --roles-only first).
+ */
+CREATE TABLE silo.tenant_grant (
+	role_name	text COLLATE "C" NOT NULL,
+	tenant		text COLLATE "C" NOT NULL,
+	granted_at	timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (role_name, tenant)
+);
+SELECT pg_catalog.pg_extension_config_dump('silo.tenant_grant', '');
+REVOKE ALL ON silo.tenant_grant FROM PUBLIC;
+GRANT SELECT ON silo.tenant_grant TO silo_admin;
+
+/* any change of the bindings reaches every session at its commit */
+CREATE FUNCTION silo.tenant_grant_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'silo_tenant_grant_changed'
+LANGUAGE C;
+CREATE TRIGGER tenant_grant_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON silo.tenant_grant
+	FOR EACH STATEMENT EXECUTE FUNCTION silo.tenant_grant_changed();
+
+CREATE FUNCTION silo.grant_tenant(role regrole, tenant text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'silo_grant_tenant'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off;
+
+CREATE FUNCTION silo.revoke_tenant(role regrole, tenant text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'silo_revoke_tenant'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off;
+
+/* the filter of the views below: may the role current at the call see
+ * this tenant's rows? */
+CREATE FUNCTION silo.tenant_visible(tenant text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'silo_tenant_visible'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+CREATE VIEW silo.tenant_grants AS
+SELECT role_name AS role, tenant, granted_at FROM silo.tenant_grant;
+
+REVOKE ALL ON FUNCTION silo.grant_tenant(regrole, text), silo.revoke_tenant(regrole, text),
+	silo.tenant_visible(text), silo.tenant_grant_changed() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION silo.grant_tenant(regrole, text), silo.revoke_tenant(regrole, text)
+	TO silo_admin;
+GRANT EXECUTE ON FUNCTION silo.tenant_visible(text) TO silo_producer, silo_worker, silo_admin;
+REVOKE ALL ON silo.tenant_grants FROM PUBLIC;
+GRANT SELECT ON silo.tenant_grants TO silo_admin;
+
+/*
+ * A lease belongs to the role that took it: another role's heartbeats and
+ * reports get "lease owner mismatch", even with the right worker_id.
+ * NULL on leases taken before 1.7.
+ */
+ALTER TABLE silo.task_lease ADD COLUMN owner_role text COLLATE "C";
+
+/*
+ * A lease of some tenants' work (a bound worker, or silo.lease's tenants
+ * filter) reads each tenant's own range of the ready order instead of
+ * walking the others' backlog.  Due tasks only.
+ */
+CREATE INDEX task_ready_tenant ON silo.task (task_group, tenant, priority, start_at, seq)
+	WHERE due AND tenant <> '-';
+
+DROP FUNCTION silo.lease(text, text, integer, integer);
+CREATE FUNCTION silo.lease(worker_id text,
+						   task_group text,
+						   max_tasks integer DEFAULT 1,
+						   lease_ms integer DEFAULT 10000,
+						   tenants text[] DEFAULT NULL)
+RETURNS SETOF silo.leased_task
+AS 'MODULE_PATHNAME', 'silo_lease'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off ROWS 10;
+REVOKE ALL ON FUNCTION silo.lease(text, text, integer, integer, text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION silo.lease(text, text, integer, integer, text[])
+	TO silo_worker, silo_admin;
+
+/*
+ * The views producers read show only the tenants the role current at the
+ * query may see (silo.tenant_visible), as security barriers, so that a
+ * function of the user's in a WHERE clause never sees another tenant's
+ * rows (a leakproof qual such as id = '...' still reaches the index:
+ * a job by id stays a primary-key probe).  CREATE OR REPLACE keeps their
+ * owners, grants and comments.  silo.attempts no longer shows the
+ * task_id of a running attempt but to silo_admin: the id a worker reports
+ * with.  silo.job_metadata, a table producers may read, gets the same
+ * filter as a row-level security policy (its owner, silo's functions,
+ * is not subject to it).
+ */
+CREATE OR REPLACE VIEW silo.jobs WITH (security_barrier) AS
+SELECT s.tenant, s.id, i.task_group,
+	   CASE WHEN s.status <> 'Pending' THEN s.status
+			WHEN EXISTS (SELECT 1 FROM silo.task_lease l WHERE l.task_id = s.task_id)
+				THEN 'Running'
+			WHEN s.next_attempt_at > silo.now()
+				THEN CASE WHEN s.relative_attempt > 1 THEN 'Retrying' ELSE 'Scheduled' END
+			ELSE 'Waiting' END COLLATE "C" AS status,
+	   i.priority::integer AS priority, i.enqueued_at,
+	   CASE WHEN s.status <> 'Pending' THEN s.changed_at
+			ELSE coalesce((SELECT l.started_at FROM silo.task_lease l WHERE l.task_id = s.task_id),
+						  s.changed_at) END AS status_changed_at,
+	   CASE WHEN s.status = 'Pending' THEN s.attempt END AS current_attempt,
+	   CASE WHEN s.status = 'Pending'
+				 AND NOT EXISTS (SELECT 1 FROM silo.task_lease l WHERE l.task_id = s.task_id)
+				THEN s.next_attempt_at END AS next_attempt_at,
+	   i.payload, i.metadata, c.cancelled_at
+  FROM silo.job_status s
+  JOIN silo.job_info i ON i.tenant = s.tenant AND i.id = s.id
+  LEFT JOIN silo.job_cancellation c ON c.tenant = s.tenant AND c.job_id = s.id
+ WHERE silo.tenant_visible(s.tenant);
+
+CREATE OR REPLACE VIEW silo.finished_jobs WITH (security_barrier) AS
+SELECT x.tenant, x.id, i.task_group, x.status, i.priority::integer AS priority,
+	   i.enqueued_at, x.changed_at AS finished_at, s.attempt AS last_attempt,
+	   i.payload, i.metadata, c.cancelled_at
+  FROM silo.job_status_index x
+  JOIN silo.job_status s ON s.tenant = x.tenant AND s.id = x.id
+  JOIN silo.job_info i ON i.tenant = x.tenant AND i.id = x.id
+  LEFT JOIN silo.job_cancellation c ON c.tenant = x.tenant AND c.job_id = x.id
+ WHERE x.status <> 'Pending' AND silo.tenant_visible(x.tenant);
+
+CREATE OR REPLACE VIEW silo.live_jobs WITH (security_barrier) AS
+SELECT s.tenant, s.id, i.task_group,
+	   CASE WHEN EXISTS (SELECT 1 FROM silo.task_lease l WHERE l.task_id = s.task_id)
+				THEN 'Running'
+			WHEN s.next_attempt_at > silo.now()
+				THEN CASE WHEN s.relative_attempt > 1 THEN 'Retrying' ELSE 'Scheduled' END
+			ELSE 'Waiting' END COLLATE "C" AS status,
+	   i.priority::integer AS priority, i.enqueued_at,
+	   coalesce((SELECT l.started_at FROM silo.task_lease l WHERE l.task_id = s.task_id),
+				s.changed_at) AS status_changed_at,
+	   s.attempt AS current_attempt,
+	   CASE WHEN NOT EXISTS (SELECT 1 FROM silo.task_lease l WHERE l.task_id = s.task_id)
+				THEN s.next_attempt_at END AS next_attempt_at,
+	   i.payload, i.metadata, c.cancelled_at
+  FROM silo.job_status_index x
+  JOIN silo.job_status s ON s.tenant = x.tenant AND s.id = x.id
+						AND s.status = x.status AND s.changed_at = x.changed_at
+  JOIN silo.job_info i ON i.tenant = s.tenant AND i.id = s.id
+  LEFT JOIN silo.job_cancellation c ON c.tenant = s.tenant AND c.job_id = s.id
+ WHERE x.status = 'Pending' AND silo.tenant_visible(x.tenant);
+
+CREATE FUNCTION silo.is_admin()
+RETURNS boolean
+AS $$ SELECT pg_catalog.pg_has_role('silo_admin', 'USAGE') $$
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION silo.is_admin() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION silo.is_admin() TO silo_producer, silo_worker, silo_admin;
+
+/*
+ * A view whose top is a UNION ALL would be flattened into an append, and
+ * its barrier lost with it: a cheap function of the caller's could then
+ * run before the filter.  So the union is a subquery, filtered above it.
+ */
+CREATE OR REPLACE VIEW silo.attempts WITH (security_barrier) AS
+SELECT * FROM (
+	SELECT tenant, job_id, attempt, relative_attempt, task_id, worker_id, status,
+		   started_at, finished_at, result, error_code, error_data
+	  FROM silo.attempt
+	UNION ALL
+	SELECT tenant, job_id, attempt, relative_attempt,
+		   CASE WHEN silo.is_admin() THEN task_id END, worker_id, 'Running',
+		   started_at, NULL::timestamptz, NULL::jsonb, NULL::text, NULL::jsonb
+	  FROM silo.task_lease
+	 WHERE kind = 'run'
+) a
+ WHERE silo.tenant_visible(a.tenant);
+
+CREATE OR REPLACE VIEW silo.queues WITH (security_barrier) AS
+WITH k AS (
+	SELECT tenant, queue FROM silo.concurrency_holder
+	UNION
+	SELECT tenant, queue FROM silo.concurrency_request
+	UNION
+	SELECT tenant, queue FROM silo.floating_limit
+)
+SELECT k.tenant, k.queue,
+	   CASE WHEN f.queue IS NULL THEN 'concurrency' ELSE 'floatingConcurrency' END AS kind,
+	   (SELECT count(*) FROM silo.concurrency_holder h
+		 WHERE h.tenant = k.tenant AND h.queue = k.queue) AS holders,
+	   (SELECT count(*) FROM silo.concurrency_request r
+		 WHERE r.tenant = k.tenant AND r.queue = k.queue) AS requesters,
+	   f.current_max
+  FROM k LEFT JOIN silo.floating_limit f ON f.tenant = k.tenant AND f.queue = k.queue
+ WHERE silo.tenant_visible(k.tenant);
+
+CREATE OR REPLACE VIEW silo.floating_limits WITH (security_barrier) AS
+SELECT f.tenant, f.queue AS key, f.current_max, f.default_max, f.refresh_interval_ms,
+	   f.metadata, f.task_group, f.created_at, f.last_refreshed_at, f.retry_count,
+	   f.next_retry_at, f.last_error,
+	   CASE WHEN f.refresh_task_id IS NULL THEN
+				CASE WHEN f.refresh_check_at IS NULL THEN 'idle' ELSE 'waiting' END
+			WHEN f.refresh_ready THEN 'ready'
+			ELSE 'leased' END AS refresh_state,
+	   f.refresh_task_id, f.refresh_scheduled_at,
+	   CASE WHEN f.refresh_task_id IS NULL THEN f.refresh_check_at END AS next_refresh_at
+  FROM silo.floating_limit f
+ WHERE silo.tenant_visible(f.tenant);
+
+CREATE OR REPLACE VIEW silo.blocked_jobs WITH (security_barrier) AS
+SELECT * FROM (
+	SELECT r.tenant, r.job_id, r.task_group, r.attempt, r.limit_index::integer AS limit_index,
+		   CASE WHEN r.max_concurrency IS NULL THEN 'floatingConcurrency' ELSE 'concurrency' END AS limit_type,
+		   r.queue AS key,
+		   (SELECT count(*) FROM silo.concurrency_holder h
+			 WHERE h.tenant = r.tenant AND h.queue = r.queue) AS holders,
+		   coalesce(r.max_concurrency,
+					(SELECT f.current_max FROM silo.floating_limit f
+					  WHERE f.tenant = r.tenant AND f.queue = r.queue)) AS max_concurrency,
+		   r.requested_at AS waiting_since,
+		   NULL::timestamptz AS next_check_at
+	  FROM silo.concurrency_request r
+	UNION ALL
+	SELECT c.tenant, c.job_id, c.task_group, c.attempt, c.limit_index::integer,
+		   l ->> 'type',
+		   CASE WHEN l ->> 'type' = 'rateLimit' THEN (l ->> 'name') || '/' || (l ->> 'uniqueKey')
+				ELSE l ->> 'key' END,
+		   NULL::bigint, NULL::integer, c.start_at, c.run_at
+	  FROM silo.chain_task c
+	  JOIN silo.job_info i ON i.tenant = c.tenant AND i.id = c.job_id
+	  CROSS JOIN LATERAL (SELECT i.limits -> c.limit_index::integer AS l) x
+	 WHERE (c.run_at <= silo.now() OR c.rate_checks > 0 OR c.limit_index > 0)
+) b
+ WHERE silo.tenant_visible(b.tenant);
+
+ALTER TABLE silo.job_metadata ENABLE ROW LEVEL SECURITY;
+CREATE POLICY job_metadata_tenant ON silo.job_metadata
+	FOR SELECT USING (silo.tenant_visible(tenant));
+
+/* ---------------------------------------------------------------------
+ * Task group settings: fair dispatch across tenants (docs/api.md, "Fair
+ * dispatch")
+ * ------------------------------------------------------------------- */
+
+/*
+ * One row per task group configured; no row is the default ('none': the
+ * ready order).  'round_robin' leases in turns across the tenants with
+ * due tasks.  Dumped with the data.
+ */
+CREATE TABLE silo.task_group_setting (
+	task_group	text COLLATE "C" PRIMARY KEY,
+	fairness	text COLLATE "C" NOT NULL DEFAULT 'none'
+				CHECK (fairness IN ('none', 'round_robin')),
+	updated_at	timestamptz NOT NULL DEFAULT now()
+);
+SELECT pg_catalog.pg_extension_config_dump('silo.task_group_setting', '');
+REVOKE ALL ON silo.task_group_setting FROM PUBLIC;
+GRANT SELECT ON silo.task_group_setting TO silo_admin;
+
+/* any change of the settings reaches every session at its commit */
+CREATE FUNCTION silo.task_group_setting_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'silo_task_group_setting_changed'
+LANGUAGE C;
+CREATE TRIGGER task_group_setting_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON silo.task_group_setting
+	FOR EACH STATEMENT EXECUTE FUNCTION silo.task_group_setting_changed();
+
+CREATE FUNCTION silo.configure_task_group(task_group text, fairness text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'silo_configure_task_group'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off;
+
+CREATE VIEW silo.task_group_settings AS
+SELECT task_group, fairness, updated_at FROM silo.task_group_setting;
+
+REVOKE ALL ON FUNCTION silo.configure_task_group(text, text),
+	silo.task_group_setting_changed() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION silo.configure_task_group(text, text) TO silo_admin;
+REVOKE ALL ON silo.task_group_settings FROM PUBLIC;
+GRANT SELECT ON silo.task_group_settings TO silo_admin, silo_producer, silo_worker;

@@ -45,11 +45,13 @@ silo_api_require_writable(const char *fn)
 
 /*
  * silo_api_tenant: the second half of the prologue, for an entry point
- * that names a tenant: in cluster mode its shard must be served here
- * (SL020 with the owner, or SL021); nothing in single-node mode.
+ * that names a tenant: the calling role must be allowed in it (42501;
+ * with silo.tenant_isolation on, '-' is refused: 22023), and in cluster
+ * mode its shard must be served here (SL020 with the owner, or SL021).
  */
 void
 silo_api_tenant(const char *tenant)
 {
+	silo_tenancy_check(tenant);
 	silo_cluster_check_tenant(tenant);
 }

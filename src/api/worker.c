@@ -24,10 +24,73 @@ PG_FUNCTION_INFO_V1(silo_report_refresh);
 PG_FUNCTION_INFO_V1(silo_fail_refresh);
 
 /*
+ * lease_tenants: the tenants a lease takes tasks of: the tenants argument
+ * (a filter anyone may pass), narrowed to the caller's bindings when it
+ * is bound; *n = -1 for every tenant of the group.  An unbound role in
+ * isolation mode may lease nothing (42501).
+ */
+static char **
+lease_tenants(FunctionCallInfo fcinfo, int argno, int *n)
+{
+	const SiloCaller *c = silo_caller();
+	char	  **given = NULL;
+	int			ngiven = -1;
+	char	  **out;
+	int			nout = 0;
+	int			i;
+
+	if (PG_NARGS() > argno && !PG_ARGISNULL(argno))
+	{
+		ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(argno);
+		Datum	   *elems;
+		bool	   *nulls;
+
+		if (ARR_NDIM(arr) > 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("tenants must be a one-dimensional array")));
+		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &ngiven);
+		if (ngiven > SILO_MAX_LEASE_BATCH)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("tenants has %d elements, more than the limit of %d", ngiven,
+							SILO_MAX_LEASE_BATCH)));
+		given = palloc(sizeof(char *) * (ngiven + 1));
+		for (i = 0; i < ngiven; i++)
+		{
+			if (nulls[i])
+				ereport(ERROR,
+						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						 errmsg("tenants must not contain nulls")));
+			given[i] = TextDatumGetCString(elems[i]);
+			silo_check_length(psprintf("tenants[%d]", i + 1), given[i], 1, SILO_MAX_TENANT_LEN);
+		}
+	}
+	if (!c->restricted || c->all)
+	{
+		*n = ngiven;
+		return given;
+	}
+	silo_tenancy_require_binding();
+	if (ngiven < 0)
+	{
+		*n = c->ntenants;
+		return c->tenants;
+	}
+	/* the caller's filter, narrowed to its bindings */
+	out = palloc(sizeof(char *) * (ngiven + 1));
+	for (i = 0; i < ngiven; i++)
+		if (silo_tenant_allowed(given[i]))
+			out[nout++] = given[i];
+	*n = nout;
+	return out;
+}
+
+/*
  * silo_lease: SQL entry point silo.lease(worker_id, task_group, max_tasks,
- * lease_ms).  Returns up to max_tasks rows of silo.leased_task in priority
- * order (core/lease.c).  The rows are written directly, not by statements
- * that would check the transaction.
+ * lease_ms, tenants).  Returns up to max_tasks rows of silo.leased_task in
+ * priority order (core/lease.c), of the given tenants only when tenants
+ * is not NULL, and only of its tenants for a role bound to some.
  */
 Datum
 silo_lease(PG_FUNCTION_ARGS)
@@ -36,6 +99,8 @@ silo_lease(PG_FUNCTION_ARGS)
 	char	   *task_group;
 	int32		max_tasks;
 	int32		lease_ms;
+	char	  **tenants;
+	int			ntenants;
 
 	worker_id = silo_text_arg(fcinfo, 0, "worker_id", 1, SILO_MAX_WORKER_LEN);
 	task_group = silo_text_arg(fcinfo, 1, "task_group", 1, SILO_MAX_GROUP_LEN);
@@ -46,10 +111,11 @@ silo_lease(PG_FUNCTION_ARGS)
 	lease_ms = PG_GETARG_INT32(3);
 	silo_check_range("lease_ms", lease_ms, SILO_MIN_LEASE_MS, SILO_MAX_LEASE_MS);
 	silo_api_begin("silo.lease", SILO_API_READ_COMMITTED | SILO_API_WRITES);
+	tenants = lease_tenants(fcinfo, 4, &ntenants);
 
 	InitMaterializedSRF(fcinfo, 0);
 	silo_lease_tasks((ReturnSetInfo *) fcinfo->resultinfo, worker_id, task_group,
-					 max_tasks, lease_ms);
+					 max_tasks, lease_ms, ntenants, tenants);
 	return (Datum) 0;
 }
 

@@ -48,12 +48,13 @@ batch_order_cmp(const void *a, const void *b, void *arg)
 /* task_lease columns complete_many reads */
 static const char *const batch_lease_cols[] = {
 	"task_id", "kind", "tenant", "job_id", "attempt", "relative_attempt", "worker_id",
-	"started_at", "expires_at", "holds", "job_status_tid"
+	"started_at", "expires_at", "holds", "job_status_tid", "owner_role"
 };
 enum
 {
 	BL_TASK_ID, BL_KIND, BL_TENANT, BL_JOB_ID, BL_ATTEMPT, BL_RELATIVE_ATTEMPT,
-	BL_WORKER_ID, BL_STARTED_AT, BL_EXPIRES_AT, BL_HOLDS, BL_JOB_STATUS_TID, BL_NCOLS
+	BL_WORKER_ID, BL_STARTED_AT, BL_EXPIRES_AT, BL_HOLDS, BL_JOB_STATUS_TID, BL_OWNER_ROLE,
+	BL_NCOLS
 };
 
 /* silo.attempt, every column */
@@ -76,7 +77,7 @@ enum
 
 /*
  * batch_take_lease: delete the lease of task_id if it is live and
- * worker_id's, as "DELETE ... WHERE task_id = $1 AND worker_id = $2 AND
+ * worker_id's (and was taken by role), as "DELETE ... WHERE task_id = $1 AND worker_id = $2 AND
  * expires_at > $3" would under READ COMMITTED: a lease changed since the
  * snapshot (a heartbeat) is read again and decided again; one deleted
  * meanwhile (by the sweep, or a second report) is skipped.  Returns
@@ -84,13 +85,14 @@ enum
  */
 static bool
 batch_take_lease(SiloDirect *d, SiloTable *lease, Datum task_id, const char *worker_id,
-				 TimestampTz now)
+				 const char *role, TimestampTz now)
 {
 	bool		first = true;
 
 	for (;;)
 	{
 		bool		isnull;
+		Datum		owner;
 
 		/*
 		 * The batch's ids come in ascending order: the first look walks
@@ -102,6 +104,10 @@ batch_take_lease(SiloDirect *d, SiloTable *lease, Datum task_id, const char *wor
 		first = false;
 		if (!silo_text_datum_is(silo_table_get(lease, BL_WORKER_ID, &isnull), worker_id) ||
 			DatumGetTimestampTz(silo_table_get(lease, BL_EXPIRES_AT, &isnull)) <= now)
+			return false;
+		/* a lease belongs to the role that took it (none recorded before 1.7) */
+		owner = silo_table_get(lease, BL_OWNER_ROLE, &isnull);
+		if (!isnull && !silo_text_datum_is(owner, role))
 			return false;
 		switch (silo_table_delete(lease))
 		{
@@ -224,6 +230,8 @@ silo_complete_batch(ReturnSetInfo *rsinfo, int ntasks, Datum *ids, Datum *result
 	SiloTable  *idx;
 	Datum		worker_text;
 	Datum		succeeded;
+	char	   *role = silo_caller_name();
+	bool		restricted = silo_caller()->restricted;
 
 	/* the order to take the tasks in */
 	order = palloc(sizeof(int) * ntasks);
@@ -257,7 +265,7 @@ silo_complete_batch(ReturnSetInfo *rsinfo, int ntasks, Datum *ids, Datum *result
 		bool		isnull;
 		Datum		h;
 
-		if (!batch_take_lease(d, lease, ids[k], worker_id, now))
+		if (!batch_take_lease(d, lease, ids[k], worker_id, role, now))
 			continue;
 		if (!silo_text_datum_is(silo_table_get(lease, BL_KIND, &isnull), "run"))
 			ereport(ERROR,
@@ -266,10 +274,17 @@ silo_complete_batch(ReturnSetInfo *rsinfo, int ntasks, Datum *ids, Datum *result
 							silo_uuid_to_cstring(ids[k]),
 							TextDatumGetCString(silo_table_get(lease, BL_KIND, &isnull))),
 					 errhint("Answer a refresh task with silo.report_refresh or silo.fail_refresh.")));
-		/* cluster mode: every task's shard must be served here, or nothing is done */
-		if (silo_cluster_mode())
-			silo_cluster_check_tenant(TextDatumGetCString(silo_table_get(lease, BL_TENANT,
-																		 &isnull)));
+		/*
+		 * The tenant's bindings and, in cluster mode, its shard: a task this
+		 * call may not complete fails the whole batch.
+		 */
+		if (restricted || silo_cluster_mode())
+		{
+			char	   *tenant = TextDatumGetCString(silo_table_get(lease, BL_TENANT, &isnull));
+
+			silo_tenancy_check(tenant);
+			silo_cluster_check_tenant(tenant);
+		}
 		nrun++;
 
 		memset(&row, 0, sizeof(row));

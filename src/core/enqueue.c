@@ -40,6 +40,12 @@ enqueue_validate(SiloEnqueueArgs *args)
 	silo_check_name("task_group", args->task_group);
 	silo_check_length("tenant", args->tenant, 1, SILO_MAX_TENANT_LEN);
 	silo_check_name("tenant", args->tenant);
+	if (strcmp(args->tenant, SILO_ALL_TENANTS) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("tenant \"%s\" is reserved", SILO_ALL_TENANTS),
+				 errdetail("In tenant bindings \"%s\" stands for every tenant (silo.grant_tenant).",
+						   SILO_ALL_TENANTS)));
 	if (args->id != NULL)
 	{
 		silo_check_length("id", args->id, 1, SILO_MAX_ID_LEN);

@@ -13,11 +13,13 @@
  * at the group's lease mark (leasemark.c), past the tasks earlier leases
  * took, whose index entries a long-open snapshot keeps alive.  Ready refresh
  * tasks of floating limits in the group (floating.c) are handed out
- * first, as rows of kind 'refresh'.
+ * first, as rows of kind 'refresh'.  A lease of some tenants, and the
+ * turns of a fair group, are lease_tenants.c's.
  *
  *-------------------------------------------------------------------------
  */
 #include "silo_core.h"
+#include "lease_internal.h"
 
 #include "access/table.h"
 #include "catalog/namespace.h"
@@ -55,24 +57,19 @@ lease_marks_enabled(Oid *task_relid)
 	return enabled;
 }
 
-/* silo.task columns a lease reads */
-static const char *const lease_task_cols[] = {
+/* silo.task columns a lease reads (lease_internal.h names them) */
+const char *const silo_lease_task_cols[] = {
 	"task_id", "task_group", "tenant", "job_id", "attempt", "relative_attempt", "priority",
 	"start_at", "seq", "holds", "job_info_tid", "job_status_tid"
-};
-enum
-{
-	LT_TASK_ID, LT_TASK_GROUP, LT_TENANT, LT_JOB_ID, LT_ATTEMPT, LT_RELATIVE_ATTEMPT,
-	LT_PRIORITY, LT_START_AT, LT_SEQ, LT_HOLDS, LT_JOB_INFO_TID, LT_JOB_STATUS_TID, LT_NCOLS
 };
 
 /* silo.task_lease, every column */
 static const char *const lease_lease_cols[] = {
 	"task_id", "kind", "task_group", "tenant", "job_id", "attempt", "relative_attempt",
 	"priority", "start_at", "seq", "worker_id", "started_at", "expires_at", "holds",
-	"job_status_tid"
+	"job_status_tid", "owner_role"
 };
-#define LEASE_LEASE_NCOLS 15
+#define LEASE_LEASE_NCOLS 16
 
 /* silo.job_info columns a lease reads; the key first (see below) */
 static const char *const lease_info_cols[] = {
@@ -95,7 +92,7 @@ static bool
 lease_group_overdue(const char *task_group, TimestampTz now)
 {
 	SiloDirect *d = silo_direct_begin();
-	SiloTable  *t = silo_table_open(d, "task", lease_task_cols, LT_NCOLS, "task_future_group",
+	SiloTable  *t = silo_table_open(d, "task", silo_lease_task_cols, LT_NCOLS, "task_future_group",
 									SILO_TABLE_READ);
 	ScanKeyData keys[2];
 	bool		found;
@@ -160,10 +157,10 @@ lease_ready_keys(ScanKey keys, ScanKey row, Datum group, const SiloMarkKey *key)
 }
 
 /*
- * lease_row_key: the ready-order key of the task table's current row.
+ * silo_lease_row_key: the ready-order key of the task table's current row.
  */
-static void
-lease_row_key(SiloTable *task, SiloMarkKey *key)
+void
+silo_lease_row_key(SiloTable *task, SiloMarkKey *key)
 {
 	bool		isnull;
 
@@ -172,111 +169,150 @@ lease_row_key(SiloTable *task, SiloMarkKey *key)
 	key->seq = DatumGetInt64(silo_table_get(task, LT_SEQ, &isnull));
 }
 
+
 /*
- * lease_take: the lease itself.  Walks the group's due tasks in ready
- * order from start, takes each one no other transaction holds (FOR UPDATE
- * SKIP LOCKED: a worker never waits on, or receives, another worker's
- * rows), deletes it and inserts its lease row, and hands the worker the
- * task with its job's payload, read from job_info by primary key.  Up to
+ * silo_lease_take_row: take the task table's current row, if no other
+ * transaction holds it (FOR UPDATE SKIP LOCKED: a worker never waits on,
+ * or receives, another worker's rows): delete it, insert its lease row,
+ * and hand the worker the task with its job's payload, read from job_info
+ * by primary key (through the task's row hint).  Returns whether it was
+ * taken.
+ */
+bool
+silo_lease_take_row(LeaseWork *w, SiloTable *task)
+{
+	Datum		l[LEASE_LEASE_NCOLS];
+	bool		lnulls[LEASE_LEASE_NCOLS];
+	Datum		out[LEASED_TASK_NATTS];
+	bool		outnulls[LEASED_TASK_NATTS];
+	Datum		key[2];
+	Datum		hint;
+	bool		hint_null;
+	bool		isnull;
+	int			c;
+
+	/*
+	 * Cluster mode: a task of a shard this node does not serve (rows left
+	 * by a force-released shard, say) is passed over.
+	 */
+	if (w->cluster && !silo_cluster_serves_tenant(TextDatumGetCString(
+													silo_table_get(task, LT_TENANT, &isnull))))
+		return false;
+
+	/*
+	 * With silo.tenant_isolation on, the default tenant is refused
+	 * everywhere: its tasks wait, for every caller, until it is off.
+	 */
+	if (w->no_default)
+	{
+		text	   *t = DatumGetTextPP(silo_table_get(task, LT_TENANT, &isnull));
+
+		if (VARSIZE_ANY_EXHDR(t) == 1 && *VARDATA_ANY(t) == '-')
+			return false;
+	}
+
+	/*
+	 * The delete is the lock (SKIP LOCKED): a task another transaction
+	 * holds, or changed or took since the scan's snapshot, is passed over.
+	 * The check before the mark is raised finds any of them that stays
+	 * (lease_raise_mark).
+	 */
+	if (silo_table_delete_skip_locked(task) != TM_Ok)
+		return false;
+
+	/* the lease row: the task's columns, then who holds it until when */
+	memset(lnulls, false, sizeof(lnulls));
+	l[0] = silo_table_get(task, LT_TASK_ID, &isnull);
+	l[1] = w->run;
+	for (c = 2; c <= 9; c++)	/* task_group .. seq: LT_TASK_GROUP .. LT_SEQ */
+		l[c] = silo_table_get(task, LT_TASK_GROUP + c - 2, &isnull);
+	l[10] = w->worker_text;
+	l[11] = TimestampTzGetDatum(w->now);
+	l[12] = TimestampTzGetDatum(w->expires);
+	l[13] = silo_table_get(task, LT_HOLDS, &lnulls[13]);
+	l[14] = silo_table_get(task, LT_JOB_STATUS_TID, &lnulls[14]);
+	l[15] = w->owner;
+	silo_table_insert(w->lease, l, lnulls);
+
+	memset(outnulls, false, sizeof(outnulls));
+	out[0] = l[0];				/* task_id */
+	out[1] = w->run;			/* kind */
+	out[2] = l[3];				/* tenant */
+	out[3] = l[4];				/* job_id */
+	out[4] = l[5];				/* attempt */
+	out[5] = l[6];				/* relative_attempt */
+	out[7] = Int32GetDatum(DatumGetInt16(l[7]));	/* priority */
+	out[8] = l[2];				/* task_group */
+	out[11] = TimestampTzGetDatum(w->expires);
+	outnulls[12] = outnulls[13] = outnulls[14] = true;
+	key[0] = l[3];
+	key[1] = l[4];
+	hint = silo_table_get(task, LT_JOB_INFO_TID, &hint_null);
+	if (silo_table_fetch_hinted(w->info, hint, hint_null, 2, key))
+	{
+		Datum		retry_count = silo_table_get(w->info, LI_RETRY_COUNT, &isnull);
+
+		out[6] = BoolGetDatum(isnull ||
+							  DatumGetInt32(l[6]) > DatumGetInt32(retry_count));
+		out[9] = silo_table_get(w->info, LI_PAYLOAD, &outnulls[9]);
+		out[10] = silo_table_get(w->info, LI_METADATA, &outnulls[10]);
+	}
+	else
+	{
+		/* no job_info row: bookkeeping is broken, but hand out the task */
+		out[6] = BoolGetDatum(true);
+		outnulls[9] = outnulls[10] = true;
+	}
+	tuplestore_putvalues(w->rsinfo->setResult, w->rsinfo->setDesc, out, outnulls);
+	return true;
+}
+
+/*
+ * lease_begin: open the tables a lease writes and reads, in d.
+ */
+static void
+lease_begin(LeaseWork *w, SiloDirect *d, ReturnSetInfo *rsinfo, const char *worker_id,
+			TimestampTz now, TimestampTz expires)
+{
+	w->rsinfo = rsinfo;
+	w->lease = silo_table_open(d, "task_lease", lease_lease_cols, LEASE_LEASE_NCOLS,
+							   NULL, SILO_TABLE_WRITE);
+	w->info = silo_table_open(d, "job_info", lease_info_cols, LI_NCOLS, NULL,
+							  SILO_TABLE_READ);
+	w->worker_text = CStringGetTextDatum(worker_id);
+	w->owner = CStringGetTextDatum(silo_caller_name());
+	w->run = CStringGetTextDatum("run");
+	w->now = now;
+	w->expires = expires;
+	w->cluster = silo_cluster_mode();
+	w->no_default = silo_tenant_isolation;
+	/* the lease rows are written page by page when the work ends */
+	silo_table_batch(w->lease);
+}
+
+/*
+ * lease_take: the lease of the whole group: walks the group's due tasks
+ * in ready order from start and takes them (lease_take_row).  Up to
  * max_tasks rows go to the result set; *past becomes the key just after
  * the last task taken.  Returns how many were taken.
  */
 static int
-lease_take(SiloDirect *d, ReturnSetInfo *rsinfo, const char *task_group, int32 max_tasks,
-		   const char *worker_id, TimestampTz now, TimestampTz expires,
+lease_take(SiloDirect *d, LeaseWork *w, const char *task_group, int32 max_tasks,
 		   const SiloMarkKey *start, SiloMarkKey *past)
 {
-	SiloTable  *task = silo_table_open(d, "task", lease_task_cols, LT_NCOLS, "task_ready",
+	SiloTable  *task = silo_table_open(d, "task", silo_lease_task_cols, LT_NCOLS, "task_ready",
 									SILO_TABLE_DELETE);
-	SiloTable  *lease = silo_table_open(d, "task_lease", lease_lease_cols, LEASE_LEASE_NCOLS,
-										NULL, SILO_TABLE_WRITE);
-	SiloTable  *info = silo_table_open(d, "job_info", lease_info_cols, LI_NCOLS, NULL,
-									SILO_TABLE_READ);
 	ScanKeyData keys[2];
 	ScanKeyData row[3];
-	Datum		worker_text = CStringGetTextDatum(worker_id);
-	Datum		run = CStringGetTextDatum("run");
-	bool		cluster = silo_cluster_mode();
 	int			n = 0;
 
-	/* the lease rows are written page by page when the work ends */
-	silo_table_batch(lease);
 	lease_ready_keys(keys, row, CStringGetTextDatum(task_group), start);
 	silo_table_scan_start(task, keys, 2);
 	while (n < max_tasks && silo_table_scan_next(task))
 	{
-		Datum		l[LEASE_LEASE_NCOLS];
-		bool		lnulls[LEASE_LEASE_NCOLS];
-		Datum		out[LEASED_TASK_NATTS];
-		bool		outnulls[LEASED_TASK_NATTS];
-		Datum		key[2];
-		Datum		hint;
-		bool		hint_null;
-		bool		isnull;
-		int			c;
-
-		/*
-		 * Cluster mode: a task of a shard this node does not serve (rows
-		 * left by a force-released shard, say) is passed over.
-		 */
-		if (cluster && !silo_cluster_serves_tenant(TextDatumGetCString(
-													silo_table_get(task, LT_TENANT, &isnull))))
+		if (!silo_lease_take_row(w, task))
 			continue;
-
-		/*
-		 * The delete is the lock (SKIP LOCKED): a task another transaction
-		 * holds, or changed or took since the scan's snapshot, is passed
-		 * over.  The check before the mark is raised finds any of them
-		 * that stays (lease_raise_mark).
-		 */
-		if (silo_table_delete_skip_locked(task) != TM_Ok)
-			continue;
-
-		/* the lease row: the task's columns, then who holds it until when */
-		memset(lnulls, false, sizeof(lnulls));
-		l[0] = silo_table_get(task, LT_TASK_ID, &isnull);
-		l[1] = run;
-		for (c = 2; c <= 9; c++)	/* task_group .. seq: LT_TASK_GROUP .. LT_SEQ */
-			l[c] = silo_table_get(task, LT_TASK_GROUP + c - 2, &isnull);
-		l[10] = worker_text;
-		l[11] = TimestampTzGetDatum(now);
-		l[12] = TimestampTzGetDatum(expires);
-		l[13] = silo_table_get(task, LT_HOLDS, &lnulls[13]);
-		l[14] = silo_table_get(task, LT_JOB_STATUS_TID, &lnulls[14]);
-		silo_table_insert(lease, l, lnulls);
-
-		memset(outnulls, false, sizeof(outnulls));
-		out[0] = l[0];			/* task_id */
-		out[1] = run;			/* kind */
-		out[2] = l[3];			/* tenant */
-		out[3] = l[4];			/* job_id */
-		out[4] = l[5];			/* attempt */
-		out[5] = l[6];			/* relative_attempt */
-		out[7] = Int32GetDatum(DatumGetInt16(l[7]));	/* priority */
-		out[8] = l[2];			/* task_group */
-		out[11] = TimestampTzGetDatum(expires);
-		outnulls[12] = outnulls[13] = outnulls[14] = true;
-		key[0] = l[3];
-		key[1] = l[4];
-		hint = silo_table_get(task, LT_JOB_INFO_TID, &hint_null);
-		if (silo_table_fetch_hinted(info, hint, hint_null, 2, key))
-		{
-			Datum		retry_count = silo_table_get(info, LI_RETRY_COUNT, &isnull);
-
-			out[6] = BoolGetDatum(isnull ||
-								  DatumGetInt32(l[6]) > DatumGetInt32(retry_count));
-			out[9] = silo_table_get(info, LI_PAYLOAD, &outnulls[9]);
-			out[10] = silo_table_get(info, LI_METADATA, &outnulls[10]);
-		}
-		else
-		{
-			/* no job_info row: bookkeeping is broken, but hand out the task */
-			out[6] = BoolGetDatum(true);
-			outnulls[9] = outnulls[10] = true;
-		}
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
-
-		lease_row_key(task, past);
+		silo_lease_row_key(task, past);
 		past->seq++;			/* just past the last task taken */
 		n++;
 	}
@@ -285,14 +321,16 @@ lease_take(SiloDirect *d, ReturnSetInfo *rsinfo, const char *task_group, int32 m
 
 /*
  * silo_lease_tasks: silo.lease's work (api/worker.c checked the arguments
- * and the transaction): up to max_tasks rows of silo.leased_task in
- * priority order go to rsinfo's tuplestore.  Needs READ COMMITTED: under
+ * and the transaction): up to max_tasks rows of silo.leased_task go to
+ * rsinfo's tuplestore, in ready order, or in turns across tenants when
+ * the group is fair.  ntenants >= 0 leases only the given tenants' tasks
+ * (none when 0); -1 the whole group's.  Needs READ COMMITTED: under
  * REPEATABLE READ a locked-and-deleted task would be skipped by a
  * snapshot that still shows it.
  */
 void
 silo_lease_tasks(ReturnSetInfo *rsinfo, const char *worker_id, const char *task_group,
-				 int32 max_tasks, int32 lease_ms)
+				 int32 max_tasks, int32 lease_ms, int ntenants, char **tenants)
 {
 	TimestampTz now;
 	TimestampTz expires;
@@ -304,7 +342,9 @@ silo_lease_tasks(ReturnSetInfo *rsinfo, const char *worker_id, const char *task_
 	SiloMarkKey past;
 	uint64		gen = 0;
 	SiloDirect *d;
+	LeaseWork	w;
 	int			n;
+	bool		fair;
 
 	now = silo_now_ts();
 	expires = now + (TimestampTz) lease_ms * 1000;
@@ -316,7 +356,8 @@ silo_lease_tasks(ReturnSetInfo *rsinfo, const char *worker_id, const char *task_
 	if (silo_refresh_hint())
 	{
 		silo_spi_connect();
-		n_refresh = silo_floating_lease(task_group, max_tasks, worker_id, now, expires);
+		n_refresh = silo_floating_lease(task_group, max_tasks, worker_id, now, expires,
+										ntenants, tenants);
 		for (i = 0; i < n_refresh; i++)
 		{
 			Datum		out[LEASED_TASK_NATTS];
@@ -345,14 +386,36 @@ silo_lease_tasks(ReturnSetInfo *rsinfo, const char *worker_id, const char *task_
 
 	lease_promote_group(task_group, now);
 
-	/* read the mark before the scan's snapshot is taken (leasemark.c) */
+	fair = silo_group_fair(task_group);
 	use_mark = lease_marks_enabled(&task_relid);
+
+	/* some tenants only: their own ranges, from their own marks */
+	if (ntenants >= 0)
+	{
+		d = silo_direct_begin();
+		lease_begin(&w, d, rsinfo, worker_id, now, expires);
+		(void) silo_lease_take_tenants(d, &w, task_group, max_tasks, ntenants, tenants, fair,
+									   use_mark ? task_relid : InvalidOid);
+		silo_direct_end(d);
+		return;
+	}
+
+	/* read the mark before the scan's snapshot is taken (leasemark.c) */
 	start = silo_mark_lowest;
 	if (use_mark)
-		silo_mark_begin(task_group, task_relid, &start, &gen);
+		silo_mark_begin(task_group, "", task_relid, &start, &gen);
 
 	d = silo_direct_begin();
-	n = lease_take(d, rsinfo, task_group, max_tasks, worker_id, now, expires, &start, &past);
+	lease_begin(&w, d, rsinfo, worker_id, now, expires);
+
+	/*
+	 * A fair group takes turns across its named tenants first
+	 * (lease_tenants.c); what they leave is taken in ready order.
+	 */
+	if (fair)
+		max_tasks -= silo_lease_take_fair(d, &w, task_group, max_tasks,
+										  use_mark ? task_relid : InvalidOid);
+	n = max_tasks > 0 ? lease_take(d, &w, task_group, max_tasks, &start, &past) : 0;
 	if (use_mark && n > 0)
 		lease_raise_mark(d, task_group, gen, &start, &past);
 	silo_direct_end(d);
@@ -375,7 +438,7 @@ static void
 lease_raise_mark(SiloDirect *d, const char *task_group, uint64 gen, const SiloMarkKey *start,
 				 const SiloMarkKey *past)
 {
-	SiloTable  *task = silo_table_open(d, "task", lease_task_cols, LT_NCOLS, "task_ready",
+	SiloTable  *task = silo_table_open(d, "task", silo_lease_task_cols, LT_NCOLS, "task_ready",
 									SILO_TABLE_READ);
 	ScanKeyData keys[2];
 	ScanKeyData row[3];
@@ -388,11 +451,25 @@ lease_raise_mark(SiloDirect *d, const char *task_group, uint64 gen, const SiloMa
 	{
 		SiloMarkKey first;
 
-		lease_row_key(task, &first);
+		silo_lease_row_key(task, &first);
 		if (silo_mark_cmp(&first, past) < 0)
 			to = first;
 	}
-	silo_mark_raise(task_group, gen, &to);
+	silo_mark_raise(task_group, "", gen, &to);
+}
+
+/*
+ * lease_heartbeat_not_found: the answer to a heartbeat on a task with no
+ * lease -- or with another tenant's, which must not be told apart.
+ */
+static void
+lease_heartbeat_not_found(Datum task_id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_SILO_LEASE_NOT_FOUND),
+			 errmsg("lease not found"),
+			 errdetail("Task %s has no lease: it was never leased, was already reported, or its expired lease was swept.",
+					   silo_uuid_to_cstring(task_id))));
 }
 
 /*
@@ -405,8 +482,8 @@ silo_heartbeat_lease(Datum task_id, const char *worker_id, int32 lease_ms)
 {
 	static SPIPlanPtr plan = NULL;
 	static SPIPlanPtr check_plan = NULL;
-	static const Oid types[4] = {UUIDOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	Datum		values[4];
+	static const Oid types[5] = {UUIDOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID};
+	Datum		values[5];
 	TimestampTz now;
 	bool		cancelled;
 
@@ -415,33 +492,43 @@ silo_heartbeat_lease(Datum task_id, const char *worker_id, int32 lease_ms)
 	values[1] = CStringGetTextDatum(worker_id);
 	values[2] = TimestampTzGetDatum(now + (TimestampTz) lease_ms * 1000);
 	values[3] = TimestampTzGetDatum(now);
+	values[4] = CStringGetTextDatum(silo_caller_name());
 
 	silo_spi_connect();
 	silo_exec(&plan,
 			  "UPDATE silo.task_lease l SET expires_at = $3"
 			  " WHERE task_id = $1 AND worker_id = $2 AND expires_at > $4"
+			  "   AND (owner_role IS NULL OR owner_role = $5)"
 			  " RETURNING l.kind = 'run' AND EXISTS (SELECT 1 FROM silo.job_cancellation c"
 			  "   WHERE c.tenant = l.tenant AND c.job_id = l.job_id), l.tenant",
-			  4, types, values, NULL, false, 0);
+			  5, types, values, NULL, false, 0);
 	if (SPI_processed == 1)
 	{
-		/* the check the prologue could not make: the lease names the tenant */
-		silo_cluster_check_tenant(silo_col_text(0, 2));
+		/* the checks the prologue could not make: the lease names the tenant */
+		char	   *tenant = silo_col_text(0, 2);
+
+		if (!silo_tenant_allowed(tenant))
+			lease_heartbeat_not_found(values[0]);
+		silo_tenancy_check(tenant);
+		silo_cluster_check_tenant(tenant);
 		cancelled = silo_col_bool(0, 1);
 		silo_spi_finish();
 		return cancelled;
 	}
 
-	/* Say why: no lease (or an expired one) versus another worker's. */
+	/* Say why: no lease (or an expired one) versus another worker's or role's. */
 	silo_exec(&check_plan,
-			  "SELECT worker_id = $2, expires_at > $4 FROM silo.task_lease"
-			  " WHERE task_id = $1",
-			  4, types, values, NULL, true, 1);
+			  "SELECT worker_id = $2 AND (owner_role IS NULL OR owner_role = $5), expires_at > $4,"
+			  "       tenant"
+			  "  FROM silo.task_lease WHERE task_id = $1",
+			  5, types, values, NULL, true, 1);
+	if (SPI_processed == 1 && !silo_tenant_allowed(silo_col_text(0, 3)))
+		lease_heartbeat_not_found(values[0]);	/* another tenant's: say nothing */
 	if (SPI_processed == 1 && silo_col_bool(0, 2) && !silo_col_bool(0, 1))
 		ereport(ERROR,
 				(errcode(ERRCODE_SILO_LEASE_OWNER_MISMATCH),
 				 errmsg("lease owner mismatch"),
-				 errdetail("Task %s is leased by another worker.",
+				 errdetail("Task %s is leased by another worker or role.",
 						   silo_uuid_to_cstring(values[0]))));
 	if (SPI_processed == 1)
 		ereport(ERROR,
@@ -449,10 +536,6 @@ silo_heartbeat_lease(Datum task_id, const char *worker_id, int32 lease_ms)
 				 errmsg("lease not found"),
 				 errdetail("The lease on task %s has expired; the sweep ends the attempt as WORKER_CRASHED.",
 						   silo_uuid_to_cstring(values[0]))));
-	ereport(ERROR,
-			(errcode(ERRCODE_SILO_LEASE_NOT_FOUND),
-			 errmsg("lease not found"),
-			 errdetail("Task %s has no lease: it was never leased, was already reported, or its expired lease was swept.",
-					   silo_uuid_to_cstring(values[0]))));
+	lease_heartbeat_not_found(values[0]);
 	return false;				/* keep compiler quiet */
 }

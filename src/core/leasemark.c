@@ -47,6 +47,9 @@
  * prepared transaction's rows become visible in another session, whose
  * commit this backend cannot see to lower the mark.
  *
+ * The entry of a fair group also holds its rotation's cursor
+ * (lease_tenants.c), which needs none of this: it is a hint.
+ *
  * The table holds MARK_ENTRIES groups (per database); when a probe window
  * is full, the least recently leased entry is dropped, which is safe (no
  * mark is the lowest key) and makes any raise based on it fail.
@@ -64,12 +67,13 @@
 #include "storage/spin.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 
 PG_FUNCTION_INFO_V1(silo_task_mark_trigger);
 
-#define MARK_ENTRIES 1024
+#define MARK_ENTRIES 4096
 #define MARK_PROBE 8
 #define MARK_NAME_BYTES SILO_NOTIFY_NAME_BYTES
 
@@ -84,6 +88,9 @@ typedef struct MarkEntry
 	SiloMarkKey mark;			/* leases start here */
 	SiloMarkKey lowered;		/* lowest key lowered to in this generation */
 	char		group[MARK_NAME_BYTES];
+	char		tenant[MARK_NAME_BYTES];	/* "": the whole group's mark */
+	char		cursor[MARK_NAME_BYTES];	/* a fair group's last tenant
+											 * served ("": none) */
 } MarkEntry;
 
 typedef struct MarkShared
@@ -97,18 +104,30 @@ static MarkShared *mark_shared = NULL;
 
 static void mark_forget(Oid relid);
 
-/* A lowering this transaction owes at commit or at rollback. */
+/*
+ * A lowering this transaction owes at commit or at rollback, per group,
+ * tenant ("": the group's mark only) and kind, in a hash of the
+ * transaction's memory (a batch may touch many tenants); the entry used
+ * last is tried first.
+ */
+typedef struct MarkOwedKey
+{
+	char		task_group[MARK_NAME_BYTES];
+	char		tenant[MARK_NAME_BYTES];
+	bool		at_commit;		/* else at rollback */
+} MarkOwedKey;
+
 typedef struct MarkOwed
 {
-	char	   *task_group;
+	MarkOwedKey k;				/* hash key */
 	SiloMarkKey key;
-	bool		at_commit;		/* else at rollback */
 } MarkOwed;
 
-static List *mark_owed = NIL;
+static HTAB *mark_owed = NULL;
+static MarkOwed *mark_owed_last = NULL;
 
 const SiloMarkKey silo_mark_lowest = {PG_INT16_MIN, PG_INT64_MIN, PG_INT64_MIN};
-static const SiloMarkKey mark_highest = {PG_INT16_MAX, PG_INT64_MAX, PG_INT64_MAX};
+const SiloMarkKey silo_mark_highest = {PG_INT16_MAX, PG_INT64_MAX, PG_INT64_MAX};
 
 /*
  * silo_mark_cmp: order of two keys, as task_ready orders (priority,
@@ -151,25 +170,29 @@ silo_mark_shmem_startup(void)
 }
 
 /*
- * mark_find: the entry of (this database, group), or NULL.  With create,
- * claims a free slot of the probe window, or the least recently used one.
- * Caller holds the mutex.
+ * mark_find: the entry of (this database, group, tenant) -- tenant "" for
+ * the group's own mark -- or NULL.  With create, claims a free slot of the
+ * probe window, or the least recently used one.  Caller holds the mutex.
  */
 static MarkEntry *
-mark_find(const char *task_group, bool create)
+mark_find(const char *task_group, const char *tenant, bool create)
 {
 	size_t		len = strlen(task_group);
-	uint32		h = hash_bytes((const unsigned char *) task_group, len) ^ MyDatabaseId;
+	size_t		tlen = strlen(tenant);
+	uint32		h;
 	MarkEntry  *victim = NULL;
 	int			i;
 
-	if (len >= MARK_NAME_BYTES)
+	if (len >= MARK_NAME_BYTES || tlen >= MARK_NAME_BYTES)
 		return NULL;
+	h = hash_combine(hash_bytes((const unsigned char *) task_group, len),
+					 hash_bytes((const unsigned char *) tenant, tlen)) ^ MyDatabaseId;
 	for (i = 0; i < MARK_PROBE; i++)
 	{
 		MarkEntry  *e = &mark_shared->entries[(h + i) % MARK_ENTRIES];
 
-		if (e->db == MyDatabaseId && e->hash == h && strcmp(e->group, task_group) == 0)
+		if (e->db == MyDatabaseId && e->hash == h && strcmp(e->group, task_group) == 0 &&
+			strcmp(e->tenant, tenant) == 0)
 			return e;
 		if (victim == NULL || (victim->db != InvalidOid &&
 							   (e->db == InvalidOid || e->used_at < victim->used_at)))
@@ -182,31 +205,42 @@ mark_find(const char *task_group, bool create)
 	victim->gen = mark_shared->clock++;
 	victim->used_at = 0;
 	victim->mark = silo_mark_lowest;
-	victim->lowered = mark_highest;
+	victim->lowered = silo_mark_highest;
 	strlcpy(victim->group, task_group, sizeof(victim->group));
+	strlcpy(victim->tenant, tenant, sizeof(victim->tenant));
+	victim->cursor[0] = '\0';
 	return victim;
 }
 
 /*
- * mark_lower: lower the group's mark to key; with record, also remember
- * the lowering for raises in flight.
+ * mark_lower_entry: lower one entry's mark to key; with record, also
+ * remember the lowering for raises in flight.  Caller holds the mutex.
  */
 static void
-mark_lower(const char *task_group, const SiloMarkKey *key, bool record)
+mark_lower_entry(MarkEntry *e, const SiloMarkKey *key, bool record)
 {
-	MarkEntry  *e;
+	if (e == NULL)
+		return;
+	if (silo_mark_cmp(key, &e->mark) < 0)
+		e->mark = *key;
+	if (record && silo_mark_cmp(key, &e->lowered) < 0)
+		e->lowered = *key;
+}
 
+/*
+ * mark_lower: a due task of tenant at key appeared (or may have): lower
+ * the group's mark and the tenant's to key.  tenant NULL: the group's
+ * only (a tenant's mark is owed its own lowering).
+ */
+static void
+mark_lower(const char *task_group, const char *tenant, const SiloMarkKey *key, bool record)
+{
 	if (mark_shared == NULL)
 		return;
 	SpinLockAcquire(&mark_shared->mutex);
-	e = mark_find(task_group, false);
-	if (e != NULL)
-	{
-		if (silo_mark_cmp(key, &e->mark) < 0)
-			e->mark = *key;
-		if (record && silo_mark_cmp(key, &e->lowered) < 0)
-			e->lowered = *key;
-	}
+	mark_lower_entry(mark_find(task_group, "", false), key, record);
+	if (tenant != NULL && tenant[0] != '\0')
+		mark_lower_entry(mark_find(task_group, tenant, false), key, record);
 	SpinLockRelease(&mark_shared->mutex);
 }
 
@@ -214,10 +248,12 @@ mark_lower(const char *task_group, const SiloMarkKey *key, bool record)
  * silo_mark_begin: a lease's first step.  Returns the key its scan starts
  * at and the generation a raise must find unchanged, and owes a lowering
  * back to that key should the lease's transaction roll back.  Must run
- * before the scan takes its snapshot.
+ * before the scan takes its snapshot.  tenant "" is the group's mark, a
+ * tenant's the mark of its range of task_ready_tenant.
  */
 void
-silo_mark_begin(const char *task_group, Oid task_relid, SiloMarkKey *start, uint64 *gen)
+silo_mark_begin(const char *task_group, const char *tenant, Oid task_relid,
+				SiloMarkKey *start, uint64 *gen)
 {
 	MarkEntry  *e = NULL;
 
@@ -226,7 +262,7 @@ silo_mark_begin(const char *task_group, Oid task_relid, SiloMarkKey *start, uint
 	if (mark_shared == NULL)
 		return;
 	SpinLockAcquire(&mark_shared->mutex);
-	e = mark_find(task_group, true);
+	e = mark_find(task_group, tenant, true);
 	if (e != NULL)
 	{
 		if (e->relid != task_relid)
@@ -234,7 +270,7 @@ silo_mark_begin(const char *task_group, Oid task_relid, SiloMarkKey *start, uint
 			/* a new silo.task (the extension was re-created): start over */
 			e->relid = task_relid;
 			e->mark = silo_mark_lowest;
-			e->lowered = mark_highest;
+			e->lowered = silo_mark_highest;
 			e->gen = mark_shared->clock++;
 		}
 		*start = e->mark;
@@ -242,7 +278,7 @@ silo_mark_begin(const char *task_group, Oid task_relid, SiloMarkKey *start, uint
 		e->used_at = mark_shared->clock++;
 	}
 	SpinLockRelease(&mark_shared->mutex);
-	silo_mark_owe(task_group, start, false);
+	silo_mark_owe(task_group, tenant, start, false);
 }
 
 /*
@@ -252,55 +288,109 @@ silo_mark_begin(const char *task_group, Oid task_relid, SiloMarkKey *start, uint
  * raise came first.
  */
 void
-silo_mark_raise(const char *task_group, uint64 gen, const SiloMarkKey *key)
+silo_mark_raise(const char *task_group, const char *tenant, uint64 gen, const SiloMarkKey *key)
 {
 	MarkEntry  *e;
 
 	if (mark_shared == NULL || gen == 0)
 		return;
 	SpinLockAcquire(&mark_shared->mutex);
-	e = mark_find(task_group, false);
+	e = mark_find(task_group, tenant, false);
 	if (e != NULL && e->gen == gen)
 	{
 		const SiloMarkKey *to = silo_mark_cmp(&e->lowered, key) < 0 ? &e->lowered : key;
 
 		if (silo_mark_cmp(to, &e->mark) > 0)
 			e->mark = *to;
-		e->lowered = mark_highest;
+		e->lowered = silo_mark_highest;
 		e->gen = mark_shared->clock++;
 	}
 	SpinLockRelease(&mark_shared->mutex);
 }
 
 /*
- * silo_mark_owe: remember a lowering of the group to key that this
- * transaction owes at commit (at_commit) or at rollback.  Keeps the lowest
- * key per group and kind.
+ * silo_mark_cursor_get: where a fair group's rotation stands: the tenant
+ * served last (palloc'd), or NULL to start from the first tenant.  A hint
+ * only (lease_tenants.c): a lost entry restarts the rotation.
+ */
+char *
+silo_mark_cursor_get(const char *task_group)
+{
+	MarkEntry  *e;
+	char	   *cursor = NULL;
+	char		copy[MARK_NAME_BYTES];
+
+	if (mark_shared == NULL)
+		return NULL;
+	SpinLockAcquire(&mark_shared->mutex);
+	e = mark_find(task_group, "", true);
+	if (e != NULL && e->cursor[0] != '\0')
+	{
+		memcpy(copy, e->cursor, sizeof(copy));
+		cursor = copy;
+	}
+	SpinLockRelease(&mark_shared->mutex);
+	return cursor ? pstrdup(cursor) : NULL;
+}
+
+/*
+ * silo_mark_cursor_set: a fair group's rotation has served tenant; the
+ * next turn, of whichever lease, goes to the tenant after it.
  */
 void
-silo_mark_owe(const char *task_group, const SiloMarkKey *key, bool at_commit)
+silo_mark_cursor_set(const char *task_group, const char *tenant)
 {
-	ListCell   *lc;
-	MarkOwed   *o;
-	MemoryContext old;
+	MarkEntry  *e;
 
-	foreach(lc, mark_owed)
+	if (mark_shared == NULL || strlen(tenant) >= MARK_NAME_BYTES)
+		return;
+	SpinLockAcquire(&mark_shared->mutex);
+	e = mark_find(task_group, "", false);
+	if (e != NULL)
+		strlcpy(e->cursor, tenant, sizeof(e->cursor));
+	SpinLockRelease(&mark_shared->mutex);
+}
+
+/*
+ * silo_mark_owe: remember a lowering to key that this transaction owes at
+ * commit (at_commit) or at rollback: of the group's mark and, unless
+ * tenant is "", of the tenant's.  Keeps the lowest key per group, tenant
+ * and kind.
+ */
+void
+silo_mark_owe(const char *task_group, const char *tenant, const SiloMarkKey *key,
+			  bool at_commit)
+{
+	MarkOwed   *o = mark_owed_last;
+	MarkOwedKey k;
+	bool		found;
+
+	if (o == NULL || o->k.at_commit != at_commit || strcmp(o->k.task_group, task_group) != 0 ||
+		strcmp(o->k.tenant, tenant) != 0)
 	{
-		o = (MarkOwed *) lfirst(lc);
-		if (o->at_commit == at_commit && strcmp(o->task_group, task_group) == 0)
+		if (strlen(task_group) >= MARK_NAME_BYTES || strlen(tenant) >= MARK_NAME_BYTES)
+			elog(ERROR, "silo: task group or tenant name too long for a lease mark");
+		if (mark_owed == NULL)
 		{
-			if (silo_mark_cmp(key, &o->key) < 0)
-				o->key = *key;
-			return;
+			HASHCTL		ctl;
+
+			ctl.keysize = sizeof(MarkOwedKey);
+			ctl.entrysize = sizeof(MarkOwed);
+			ctl.hcxt = TopTransactionContext;
+			mark_owed = hash_create("silo owed lease mark lowerings", 16, &ctl,
+									HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 		}
+		memset(&k, 0, sizeof(k));
+		strlcpy(k.task_group, task_group, sizeof(k.task_group));
+		strlcpy(k.tenant, tenant, sizeof(k.tenant));
+		k.at_commit = at_commit;
+		o = hash_search(mark_owed, &k, HASH_ENTER, &found);
+		if (!found)
+			o->key = *key;
+		mark_owed_last = o;
 	}
-	old = MemoryContextSwitchTo(TopTransactionContext);
-	o = palloc(sizeof(MarkOwed));
-	o->task_group = pstrdup(task_group);
-	o->key = *key;
-	o->at_commit = at_commit;
-	mark_owed = lappend(mark_owed, o);
-	MemoryContextSwitchTo(old);
+	if (silo_mark_cmp(key, &o->key) < 0)
+		o->key = *key;
 }
 
 /*
@@ -309,27 +399,28 @@ silo_mark_owe(const char *task_group, const SiloMarkKey *key, bool at_commit)
 static void
 mark_pay(bool at_commit)
 {
-	ListCell   *lc;
+	HASH_SEQ_STATUS seq;
+	MarkOwed   *o;
 
-	foreach(lc, mark_owed)
-	{
-		MarkOwed   *o = (MarkOwed *) lfirst(lc);
-
-		if (o->at_commit == at_commit)
-			mark_lower(o->task_group, &o->key, true);
-	}
+	if (mark_owed == NULL)
+		return;
+	hash_seq_init(&seq, mark_owed);
+	while ((o = hash_seq_search(&seq)) != NULL)
+		if (o->k.at_commit == at_commit)
+			mark_lower(o->k.task_group, o->k.tenant, &o->key, true);
 }
 
 /*
  * silo_mark_xact_end: at the end of the top-level transaction, pay what
- * its outcome owes and forget the rest (the list's memory goes with the
+ * its outcome owes and forget the rest (the hash's memory goes with the
  * transaction).
  */
 void
 silo_mark_xact_end(bool commit)
 {
 	mark_pay(commit);
-	mark_owed = NIL;
+	mark_owed = NULL;
+	mark_owed_last = NULL;
 }
 
 /*
@@ -350,7 +441,7 @@ silo_mark_subxact_abort(void)
 void
 silo_mark_pre_prepare(void)
 {
-	if (mark_owed != NIL)
+	if (mark_owed != NULL && hash_get_num_entries(mark_owed) > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("cannot prepare a transaction that changed silo's due tasks"),
@@ -358,26 +449,73 @@ silo_mark_pre_prepare(void)
 				 errhint("Enqueue, lease and report outside two-phase transactions.")));
 }
 
+/* The columns mark_row_key reads, by number, for one version of silo.task. */
+enum
+{
+	MC_DUE, MC_GROUP, MC_TENANT, MC_PRIORITY, MC_START_AT, MC_SEQ, MC_NCOLS
+};
+static const char *const mark_col_names[MC_NCOLS] = {
+	"due", "task_group", "tenant", "priority", "start_at", "seq"
+};
+static Oid	mark_cols_relid = InvalidOid;
+static TupleDesc mark_cols_desc = NULL;
+static int	mark_cols[MC_NCOLS];
+
 /*
- * mark_row_key: the group and key of a silo.task row; false when the row
- * is not due (it is not in task_ready).
+ * mark_cols_valid: whether the remembered column numbers still name the
+ * columns in desc (a descriptor at a reused address may be another).
  */
 static bool
-mark_row_key(Relation rel, HeapTuple tup, char **task_group, SiloMarkKey *key)
+mark_cols_valid(TupleDesc desc)
+{
+	int			i;
+
+	for (i = 0; i < MC_NCOLS; i++)
+	{
+		Form_pg_attribute att;
+
+		if (mark_cols[i] <= 0 || mark_cols[i] > desc->natts)
+			return false;
+		att = TupleDescAttr(desc, mark_cols[i] - 1);
+		if (att->attisdropped || strcmp(NameStr(att->attname), mark_col_names[i]) != 0)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * mark_row_key: the group, tenant and key of a silo.task row; false when
+ * the row is not due (it is not in task_ready).  The default tenant's
+ * rows have no tenant mark: *tenant is "" for them.  The column numbers
+ * are looked up once per descriptor, and checked by name each time.
+ */
+static bool
+mark_row_key(Relation rel, HeapTuple tup, char **task_group, char **tenant, SiloMarkKey *key)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 	bool		isnull;
 	Datum		d;
+	int			i;
 
-	d = heap_getattr(tup, SPI_fnumber(desc, "due"), desc, &isnull);
+	if (mark_cols_relid != RelationGetRelid(rel) || mark_cols_desc != desc ||
+		!mark_cols_valid(desc))
+	{
+		for (i = 0; i < MC_NCOLS; i++)
+			mark_cols[i] = SPI_fnumber(desc, mark_col_names[i]);
+		mark_cols_relid = RelationGetRelid(rel);
+		mark_cols_desc = desc;
+	}
+	d = heap_getattr(tup, mark_cols[MC_DUE], desc, &isnull);
 	if (isnull || !DatumGetBool(d))
 		return false;
-	*task_group = TextDatumGetCString(heap_getattr(tup, SPI_fnumber(desc, "task_group"),
-												   desc, &isnull));
-	key->priority = DatumGetInt16(heap_getattr(tup, SPI_fnumber(desc, "priority"), desc, &isnull));
-	key->start_at = DatumGetTimestampTz(heap_getattr(tup, SPI_fnumber(desc, "start_at"),
-													 desc, &isnull));
-	key->seq = DatumGetInt64(heap_getattr(tup, SPI_fnumber(desc, "seq"), desc, &isnull));
+	*task_group = TextDatumGetCString(heap_getattr(tup, mark_cols[MC_GROUP], desc, &isnull));
+	*tenant = TextDatumGetCString(heap_getattr(tup, mark_cols[MC_TENANT], desc, &isnull));
+	if (strcmp(*tenant, "-") == 0)
+		*tenant = "";
+	key->priority = DatumGetInt16(heap_getattr(tup, mark_cols[MC_PRIORITY], desc, &isnull));
+	key->start_at = DatumGetTimestampTz(heap_getattr(tup, mark_cols[MC_START_AT], desc,
+													 &isnull));
+	key->seq = DatumGetInt64(heap_getattr(tup, mark_cols[MC_SEQ], desc, &isnull));
 	return true;
 }
 
@@ -392,6 +530,7 @@ silo_task_mark_trigger(PG_FUNCTION_ARGS)
 {
 	TriggerData *td = (TriggerData *) fcinfo->context;
 	char	   *task_group;
+	char	   *tenant;
 	SiloMarkKey key;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(td->tg_event) ||
@@ -401,8 +540,8 @@ silo_task_mark_trigger(PG_FUNCTION_ARGS)
 				 errmsg("silo_task_mark_trigger must be a BEFORE ROW trigger")));
 
 	if (!TRIGGER_FIRED_BY_INSERT(td->tg_event) &&
-		mark_row_key(td->tg_relation, td->tg_trigtuple, &task_group, &key))
-		silo_mark_owe(task_group, &key, false);
+		mark_row_key(td->tg_relation, td->tg_trigtuple, &task_group, &tenant, &key))
+		silo_mark_owe(task_group, tenant, &key, false);
 
 	if (TRIGGER_FIRED_BY_DELETE(td->tg_event))
 		return PointerGetDatum(td->tg_trigtuple);
@@ -411,10 +550,10 @@ silo_task_mark_trigger(PG_FUNCTION_ARGS)
 		HeapTuple	newtup = TRIGGER_FIRED_BY_INSERT(td->tg_event)
 			? td->tg_trigtuple : td->tg_newtuple;
 
-		if (mark_row_key(td->tg_relation, newtup, &task_group, &key))
+		if (mark_row_key(td->tg_relation, newtup, &task_group, &tenant, &key))
 		{
-			mark_lower(task_group, &key, false);
-			silo_mark_owe(task_group, &key, true);
+			mark_lower(task_group, tenant, &key, false);
+			silo_mark_owe(task_group, tenant, &key, true);
 		}
 		return PointerGetDatum(newtup);
 	}

@@ -40,13 +40,18 @@
 
 /*
  * outcome_take_lease: delete the lease a worker reports on, checking that
- * it exists, has not expired and belongs to worker_id.  An error rolls the
+ * it exists, is of a tenant the caller may act in, has not expired and
+ * belongs to worker_id and the caller's role.  An error rolls the
  * delete back.  SPI must be connected.
  */
 static void
 outcome_take_lease(Datum task_id, const char *worker_id, TimestampTz now, SiloLease *lease)
 {
-	if (!silo_lease_take(task_id, lease))
+	/*
+	 * Another tenant's lease is answered as no lease at all, before it is
+	 * compared with anything: the answer says nothing of it.
+	 */
+	if (!silo_lease_take(task_id, lease) || !silo_tenant_allowed(lease->tenant))
 		ereport(ERROR,
 				(errcode(ERRCODE_SILO_LEASE_NOT_FOUND),
 				 errmsg("lease not found"),
@@ -64,6 +69,13 @@ outcome_take_lease(Datum task_id, const char *worker_id, TimestampTz now, SiloLe
 				(errcode(ERRCODE_SILO_LEASE_OWNER_MISMATCH),
 				 errmsg("lease owner mismatch"),
 				 errdetail("Task %s is leased by another worker.",
+						   silo_uuid_to_cstring(task_id))));
+	/* a lease belongs to the role that took it (docs/security.md) */
+	if (lease->owner_role != NULL && strcmp(lease->owner_role, silo_caller_name()) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_LEASE_OWNER_MISMATCH),
+				 errmsg("lease owner mismatch"),
+				 errdetail("Task %s was leased by another role.",
 						   silo_uuid_to_cstring(task_id))));
 }
 
@@ -365,7 +377,8 @@ silo_take_reported_lease(Datum task_id, const char *worker_id, TimestampTz now,
 {
 	silo_spi_connect();
 	outcome_take_lease(task_id, worker_id, now, lease);
-	/* the check the prologue could not make: the lease names the tenant */
+	/* the checks the prologue could not make: the lease names the tenant */
+	silo_tenancy_check(lease->tenant);
 	silo_cluster_check_tenant(lease->tenant);
 	if (strcmp(lease->kind, kind) != 0)
 		ereport(ERROR,

@@ -14,6 +14,7 @@
 
 #include "silo_cluster.h"
 #include "silo_limits.h"
+#include "silo_tenancy.h"
 
 #include "funcapi.h"
 
@@ -26,18 +27,29 @@ typedef struct SiloMarkKey
 } SiloMarkKey;
 
 extern const SiloMarkKey silo_mark_lowest;
+extern const SiloMarkKey silo_mark_highest;
 extern int	silo_mark_cmp(const SiloMarkKey *a, const SiloMarkKey *b);
 extern void silo_mark_shmem_request(void);
 extern void silo_mark_shmem_startup(void);
 extern void silo_mark_init(void);
 extern bool silo_mark_enabled(Relation task_rel);
-extern void silo_mark_begin(const char *task_group, Oid task_relid, SiloMarkKey *start,
+extern void silo_mark_begin(const char *task_group, const char *tenant, Oid task_relid,
+							SiloMarkKey *start,
 							uint64 *gen);
-extern void silo_mark_raise(const char *task_group, uint64 gen, const SiloMarkKey *key);
-extern void silo_mark_owe(const char *task_group, const SiloMarkKey *key, bool at_commit);
+extern void silo_mark_raise(const char *task_group, const char *tenant, uint64 gen,
+							const SiloMarkKey *key);
+extern void silo_mark_owe(const char *task_group, const char *tenant, const SiloMarkKey *key,
+						  bool at_commit);
 extern void silo_mark_xact_end(bool commit);
 extern void silo_mark_subxact_abort(void);
 extern void silo_mark_pre_prepare(void);
+extern char *silo_mark_cursor_get(const char *task_group);
+extern void silo_mark_cursor_set(const char *task_group, const char *tenant);
+
+/* groups.c: task group settings */
+extern bool silo_group_fair(const char *task_group);
+extern void silo_group_settings_changed(void);
+extern char *silo_group_configure(const char *task_group, const char *fairness);
 
 /* enqueue.c */
 typedef struct SiloEnqueueArgs
@@ -63,7 +75,8 @@ extern void silo_enqueue_start_chains(List *chains);
 
 /* lease.c */
 extern void silo_lease_tasks(ReturnSetInfo *rsinfo, const char *worker_id,
-							 const char *task_group, int32 max_tasks, int32 lease_ms);
+							 const char *task_group, int32 max_tasks, int32 lease_ms,
+							 int ntenants, char **tenants);
 extern bool silo_heartbeat_lease(Datum task_id, const char *worker_id, int32 lease_ms);
 
 /* outcome.c */

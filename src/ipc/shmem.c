@@ -26,12 +26,26 @@ typedef struct SiloShared
 	Latch	   *broker_latch;
 	pg_atomic_uint32 refresh_hint;	/* 0: no refresh task is ready */
 	pg_atomic_uint32 tick_requested;	/* 1: new work for the broker's tick */
+	pg_atomic_uint64 config_generation; /* bumped by every committed change
+										 * of silo's configuration */
 } SiloShared;
 
 static SiloShared *silo_shared = NULL;
 
 /* Set by a transaction that created a future task; read at commit. */
 static bool silo_broker_wake_pending = false;
+
+/* Set by a transaction that changed silo's configuration (tenant
+ * bindings, task group settings); read at commit. */
+static bool silo_config_changed_pending = false;
+
+/*
+ * Transactions of this backend that changed the configuration and rolled
+ * back: what the backend cached within them is wrong now, so they count
+ * in the generation it sees (both counts only grow, so their sum changes
+ * whenever either does).
+ */
+static uint64 silo_config_aborts = 0;
 
 static void silo_shmem_detach_broker(int code, Datum arg);
 
@@ -66,6 +80,7 @@ silo_ipc_shmem_startup(void)
 		silo_shared->broker_latch = NULL;
 		pg_atomic_init_u32(&silo_shared->refresh_hint, 1);
 		pg_atomic_init_u32(&silo_shared->tick_requested, 0);
+		pg_atomic_init_u64(&silo_shared->config_generation, 1);
 	}
 	silo_notify_shmem_startup();
 }
@@ -202,4 +217,46 @@ silo_ipc_xact_end(bool commit)
 	if (commit && silo_broker_wake_pending)
 		silo_wake_broker();
 	silo_broker_wake_pending = false;
+	if (commit && silo_config_changed_pending && silo_shared != NULL)
+		pg_atomic_fetch_add_u64(&silo_shared->config_generation, 1);
+	else if (silo_config_changed_pending)
+		silo_config_aborts++;	/* this backend may have cached the change */
+	silo_config_changed_pending = false;
+}
+
+/*
+ * silo_ipc_subxact_abort: a rolled-back subtransaction may have changed
+ * the configuration this backend cached since: it is read again (the
+ * transaction, should it commit, still tells every backend).
+ */
+void
+silo_ipc_subxact_abort(void)
+{
+	if (silo_config_changed_pending)
+		silo_config_aborts++;
+}
+
+/*
+ * silo_config_changed_at_commit: the current transaction changed silo's
+ * configuration (tenant bindings, task group settings): every backend
+ * drops what it cached of it once it has committed (tenancy/, core/).
+ */
+void
+silo_config_changed_at_commit(void)
+{
+	silo_config_changed_pending = true;
+}
+
+/*
+ * silo_config_generation: changes with every committed change of silo's
+ * configuration (0 without shared memory: cached for one transaction
+ * at most then).  Read it before the snapshot that reads the
+ * configuration: the bump comes after the commit is visible.
+ */
+uint64
+silo_config_generation(void)
+{
+	if (silo_shared == NULL)
+		return 0;
+	return pg_atomic_read_u64(&silo_shared->config_generation) + silo_config_aborts;
 }

@@ -104,36 +104,55 @@ silo_floating_max(const char *tenant, SiloLimit *l, const char *task_group, Time
 
 /*
  * silo_floating_lease: hand up to max ready refresh tasks of a task group
- * to worker_id; the rows (task_id, tenant, queue, current_max, metadata)
- * are left in SPI_tuptable.  Rows locked by another lease are skipped.
+ * to worker_id (only those of the given tenants when ntenants >= 0), its
+ * leases recorded as the calling role's; the rows (task_id, tenant,
+ * queue, current_max, metadata) are left in SPI_tuptable.  Rows locked by
+ * another lease are skipped.
  */
 uint64
 silo_floating_lease(const char *task_group, int32 max, const char *worker_id,
-					TimestampTz now, TimestampTz expires)
+					TimestampTz now, TimestampTz expires, int ntenants, char **tenants)
 {
 	static SPIPlanPtr plan = NULL;
-	static const Oid types[5] = {TEXTOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	Datum		values[5];
+	static const Oid types[7] = {
+		TEXTOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTARRAYOID, TEXTOID
+	};
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	values[0] = CStringGetTextDatum(task_group);
 	values[1] = Int32GetDatum(max);
 	values[2] = CStringGetTextDatum(worker_id);
 	values[3] = TimestampTzGetDatum(now);
 	values[4] = TimestampTzGetDatum(expires);
+	if (ntenants >= 0)
+	{
+		List	   *l = NIL;
+		int			i;
+
+		for (i = 0; i < ntenants; i++)
+			l = lappend(l, tenants[i]);
+		values[5] = silo_holds_datum(l);
+	}
+	else
+		nulls[5] = 'n';
+	values[6] = CStringGetTextDatum(silo_caller_name());
 	silo_exec(&plan,
 			  "WITH f AS ("
 			  "  UPDATE silo.floating_limit SET refresh_ready = false WHERE ctid = ANY(ARRAY("
 			  "    SELECT ctid FROM silo.floating_limit WHERE task_group = $1 AND refresh_ready"
+			  "       AND ($6 IS NULL OR tenant = ANY($6))"
 			  "     ORDER BY refresh_scheduled_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
 			  "  RETURNING refresh_task_id, tenant, queue, current_max, metadata, refresh_scheduled_at),"
 			  " l AS ("
 			  "  INSERT INTO silo.task_lease (task_id, kind, task_group, tenant, job_id, attempt,"
-			  "    relative_attempt, priority, start_at, seq, worker_id, started_at, expires_at)"
+			  "    relative_attempt, priority, start_at, seq, worker_id, started_at, expires_at,"
+			  "    owner_role)"
 			  "  SELECT refresh_task_id, 'refresh', $1, tenant, queue, 0, 0, 0,"
-			  "    refresh_scheduled_at, 0, $3, $4, $5 FROM f)"
+			  "    refresh_scheduled_at, 0, $3, $4, $5, $7 FROM f)"
 			  "SELECT refresh_task_id, tenant, queue, current_max, metadata FROM f"
 			  " ORDER BY refresh_scheduled_at",
-			  5, types, values, NULL, false, 0);
+			  7, types, values, nulls, false, 0);
 	return SPI_processed;
 }
 

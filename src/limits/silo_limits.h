@@ -13,6 +13,7 @@
 
 #include "silo_ipc.h"
 #include "silo_storage.h"
+#include "silo_tenancy.h"
 
 /* locktag_field4 of silo's key locks (user advisory locks use 1 and 2). */
 #define SILO_LOCKTAG_CLASS		0x5110
@@ -117,7 +118,8 @@ typedef enum SiloFloatingEnd
 extern int32 silo_floating_max(const char *tenant, SiloLimit *l, const char *task_group,
 							   TimestampTz now);
 extern uint64 silo_floating_lease(const char *task_group, int32 max, const char *worker_id,
-								  TimestampTz now, TimestampTz expires);
+								  TimestampTz now, TimestampTz expires, int ntenants,
+								  char **tenants);
 extern void silo_floating_finish(SiloLease *lease, SiloFloatingEnd how, int32 new_max,
 								 const char *error, TimestampTz now);
 extern bool silo_floating_reset(const char *tenant, const char *key, TimestampTz now);

@@ -55,6 +55,7 @@ _PG_init(void)
 	silo_planner_init();
 	RegisterSubXactCallback(silo_subxact_callback, NULL);
 	silo_mark_init();
+	silo_tenancy_init();
 
 	if (!process_shared_preload_libraries_in_progress)
 		return;
@@ -130,6 +131,15 @@ silo_define_gucs(void)
 							NULL, NULL, NULL);
 
 	silo_define_cluster_gucs();
+
+	DefineCustomBoolVariable("silo.tenant_isolation",
+							 "Tenants are a boundary every role must be bound across.",
+							 "On: the tenant argument is required and a role bound to no tenant may do nothing. Off: only bound roles are restricted.",
+							 &silo_tenant_isolation,
+							 false,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
 
 	/*
 	 * Read-only: the version of the library this server runs (since 1.5),
@@ -342,6 +352,7 @@ silo_subxact_callback(SubXactEvent event, SubTransactionId my_subid,
 	{
 		silo_notify_subxact_end(false);
 		silo_mark_subxact_abort();
+		silo_ipc_subxact_abort();
 		silo_planning_own = false;	/* an error caught inside silo_exec */
 	}
 }

@@ -213,6 +213,37 @@ silo_table_scan_next(SiloTable *t)
 }
 
 /*
+ * silo_table_peek: index column attno (1-based) of the first index entry
+ * at or after the scan keys, whatever the visibility of its row -- it may
+ * be a dead row's entry that no scan has marked yet: where a range of the
+ * index begins, found without walking the dead rows in front of its first
+ * live one.  Returns false when no entry follows.  *value is a copy.  The
+ * table's current row is not changed.
+ */
+bool
+silo_table_peek(SiloTable *t, ScanKey keys, int nkeys, int attno, Datum *value)
+{
+	IndexScanDesc scan = direct_scan(t, nkeys);
+	ItemPointer tid;
+	Form_pg_attribute att;
+	bool		isnull;
+
+	scan->xs_want_itup = true;
+	index_rescan(scan, keys, nkeys, NULL, 0);
+	t->walking = false;
+	tid = index_getnext_tid(scan, ForwardScanDirection);
+	scan->xs_want_itup = false;
+	if (tid == NULL)
+		return false;
+	att = TupleDescAttr(scan->xs_itupdesc, attno - 1);
+	*value = index_getattr(scan->xs_itup, attno, scan->xs_itupdesc, &isnull);
+	if (isnull)
+		return false;
+	*value = datumCopy(*value, att->attbyval, att->attlen);
+	return true;
+}
+
+/*
  * silo_table_get: column col (the caller's numbering) of the current row.
  */
 Datum

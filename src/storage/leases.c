@@ -19,7 +19,7 @@
 
 #define LEASE_COLUMNS \
 	"kind, task_group, tenant, job_id, attempt, relative_attempt, priority," \
-	" start_at, seq, worker_id, started_at, expires_at, task_id, holds"
+	" start_at, seq, worker_id, started_at, expires_at, task_id, holds, owner_role"
 
 /*
  * leases_read: fill *lease from row 0 of a RETURNING LEASE_COLUMNS.
@@ -50,6 +50,7 @@ leases_read(SiloLease *lease)
 		if (!isnull)
 			lease->holds = silo_holds_list(holds);
 	}
+	lease->owner_role = silo_col_text(0, 15);
 }
 
 /*

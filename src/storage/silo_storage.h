@@ -75,6 +75,7 @@ extern bool silo_table_fetch_hinted(SiloTable *t, Datum hint, bool hint_null, in
 									const Datum *keys);
 extern void silo_table_scan_start(SiloTable *t, ScanKey keys, int nkeys);
 extern bool silo_table_scan_next(SiloTable *t);
+extern bool silo_table_peek(SiloTable *t, ScanKey keys, int nkeys, int attno, Datum *value);
 extern Datum silo_table_get(SiloTable *t, int col, bool *isnull);
 extern ItemPointer silo_table_tid(SiloTable *t);
 extern void silo_table_insert(SiloTable *t, const Datum *values, const bool *nulls);
@@ -117,6 +118,7 @@ typedef struct SiloLease
 	TimestampTz expires_at;
 	bool		limited;		/* the job has limits: holds is set */
 	List	   *holds;			/* keys the task holds */
+	char	   *owner_role;		/* the role that took it (NULL: before 1.7) */
 } SiloLease;
 
 extern bool silo_lease_take(Datum task_id, SiloLease *lease);

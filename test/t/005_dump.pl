@@ -52,6 +52,13 @@ SELECT silo.restart('d-restarted');
 SELECT silo.cancel('d-cancelling', 'acme');
 SELECT silo.cancel('d-cancelled', 'acme');
 });
+# A role bound to tenant acme (a binding names the role: roles are global
+# objects, created on the new server before the restore, as with
+# pg_dumpall --globals-only).
+$src->safe_psql('postgres', q{
+CREATE ROLE dump_acme IN ROLE silo_producer;
+SELECT silo.grant_tenant('dump_acme', 'acme');
+});
 
 my $jobs_sql = q{
 SELECT tenant, id, status, current_attempt, cancelled_at IS NOT NULL FROM silo.jobs ORDER BY tenant, id};
@@ -75,7 +82,8 @@ my %tables = (
 	task => 'task_group, start_at, priority, tenant, job_id, attempt',
 	task_lease => 'task_id',
 	attempt => 'tenant, job_id, attempt',
-	job_cancellation => 'tenant, job_id');
+	job_cancellation => 'tenant, job_id',
+	tenant_grant => 'role_name, tenant');
 my %rows;
 for my $t (sort keys %tables)
 {
@@ -107,6 +115,7 @@ $src->command_ok([ 'pg_dump', '-Fc', '-f', $dumpfile, '-d', 'postgres' ], 'pg_du
 
 my $dst = silo_node('dst', dbname => 'restoredb', no_extension => 1);
 $dst->safe_psql('postgres', 'CREATE DATABASE restoredb');
+$dst->safe_psql('postgres', 'CREATE ROLE dump_acme');
 my ($stdout, $stderr) = ('', '');
 my $rc = IPC::Run::run([ 'pg_restore', '-d', $dst->connstr('restoredb'), $dumpfile ],
 	'>', \$stdout, '2>', \$stderr);
@@ -122,6 +131,20 @@ for my $t (sort keys %tables)
 is($dst->safe_psql('restoredb', $seq_sql), $seq, 'restored: silo.job_seq has the same value');
 is($dst->safe_psql('restoredb', $acl_sql), $acls, 'restored: the same privileges on silo functions, tables and views');
 is($dst->safe_psql('restoredb', $jobs_sql), $expected_jobs, 'restored: silo.jobs shows the same states');
+# The binding holds after the restore: the views and the metadata policy
+# show the bound role its tenant only.
+$dst->safe_psql('restoredb', 'GRANT silo_producer TO dump_acme');
+is( $dst->safe_psql('restoredb', q{
+SET ROLE dump_acme;
+SELECT string_agg(id, ',' ORDER BY id) FROM silo.jobs;
+SELECT string_agg(key || '=' || value, ',' ORDER BY key) FROM silo.job_metadata}),
+	"d-cancelled,d-cancelling,d-scheduled\nteam=b",
+	'restored: the binding of dump_acme limits it to acme, in the views and job_metadata');
+my ($out_b, $err_b) = ('', '');
+$dst->psql('restoredb', q{SET ROLE dump_acme; SELECT silo.enqueue('g', tenant => '-')},
+	stdout => \$out_b, stderr => \$err_b);
+like($err_b, qr/role "dump_acme" may not act in tenant "-"/,
+	'restored: the bound role is refused another tenant');
 is( $dst->safe_psql('restoredb',
 		q{SELECT count(*) FROM cron.job WHERE command LIKE '%silo.purge_terminal_jobs%'}),
 	'1', 'restored: pg_cron has the purge job once');
