@@ -122,6 +122,8 @@ silo_grant_key(const char *tenant, const char *queue, TimestampTz now)
 {
 	GrantRequest reqs[GRANT_BATCH];
 
+	/* grants nest through the granted jobs' chain walks */
+	check_stack_depth();
 	for (;;)
 	{
 		int64		holders = 0;
