@@ -54,6 +54,14 @@ SELECT count(silo.enqueue('fg', tenant => t, id => t || g)) FROM generate_series
 	   unnest(ARRAY['x', 'y', 'z']) t;
 SELECT string_agg(tenant || ':' || job_id, ' ') AS filtered
   FROM silo.lease('w', 'fg', 5, tenants => '{z,x}');
+-- leases of one task each with a filter go round the filter's tenants
+SELECT count(silo.enqueue('fg', tenant => t, id => t || g)) FROM generate_series(1, 2) g,
+	   unnest(ARRAY['u', 'v']) t;
+SELECT tenant || ':' || job_id AS filtered_1 FROM silo.lease('w', 'fg', 1, tenants => '{u,v}');
+SELECT tenant || ':' || job_id AS filtered_2 FROM silo.lease('w', 'fg', 1, tenants => '{u,v}');
+SELECT tenant || ':' || job_id AS filtered_3 FROM silo.lease('w', 'fg', 1, tenants => '{u,v}');
+-- the default tenant has no turn in a fair group: it must be named
+SELECT test_helpers.sqlstate_of($$SELECT silo.enqueue('fg')$$) AS default_tenant;
 -- one tenant only: its tasks in ready order
 SELECT string_agg(tenant || ':' || job_id, ' ') AS one_tenant
   FROM silo.lease('w', 'fg', 5, tenants => '{y}');
@@ -63,6 +71,12 @@ SELECT silo.configure_task_group('fg', 'none') AS had;
 SELECT count(silo.enqueue('fg', tenant => 'p', id => 'p' || g)) FROM generate_series(1, 3) g;
 SELECT count(silo.enqueue('fg', tenant => 'q', id => 'q' || g)) FROM generate_series(1, 3) g;
 SELECT string_agg(tenant || ':' || job_id, ' ') AS ready_again FROM silo.lease('w', 'fg', 6);
+-- a lease of some tenants, not fair, takes their tasks in ready order
+-- across them: q's priority-0 task before p's
+SELECT silo.enqueue('fg', tenant => 'q', id => 'q-urgent', priority => 0),
+	   silo.enqueue('fg', tenant => 'p', id => 'p-late', priority => 9);
+SELECT string_agg(tenant || ':' || job_id, ' ') AS merged
+  FROM silo.lease('w', 'fg', 10, tenants => '{p,q}');
 
 -- a group never configured has no row and the ready order
 SELECT count(*) AS rows_for_other FROM silo.task_group_settings WHERE task_group = 'other';

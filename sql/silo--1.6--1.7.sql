@@ -227,11 +227,12 @@ LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off;
 
 /* the filter of the views below: may the role current at the call see
- * this tenant's rows? */
+ * this tenant's rows?  Parallel unsafe: it may read the bindings, which
+ * takes a snapshot, so plans that use it stay serial. */
 CREATE FUNCTION silo.tenant_visible(tenant text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'silo_tenant_visible'
-LANGUAGE C STABLE PARALLEL RESTRICTED;
+LANGUAGE C STABLE PARALLEL UNSAFE;
 
 CREATE VIEW silo.tenant_grants AS
 SELECT role_name AS role, tenant, granted_at FROM silo.tenant_grant;

@@ -53,6 +53,6 @@ silo_task_group_setting_changed(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("silo.task_group_setting_changed must be called as a trigger")));
-	silo_group_settings_changed();
+	silo_group_settings_changed(RelationGetRelid(((TriggerData *) fcinfo->context)->tg_relation));
 	return PointerGetDatum(NULL);
 }

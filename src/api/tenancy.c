@@ -114,6 +114,6 @@ silo_tenant_grant_changed(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("silo.tenant_grant_changed must be called as a trigger")));
-	silo_tenancy_grants_changed();
+	silo_tenancy_grants_changed(RelationGetRelid(((TriggerData *) fcinfo->context)->tg_relation));
 	return PointerGetDatum(NULL);
 }

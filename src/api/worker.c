@@ -74,8 +74,12 @@ lease_tenants(FunctionCallInfo fcinfo, int argno, int *n)
 	silo_tenancy_require_binding();
 	if (ngiven < 0)
 	{
+		/* a copy: the cache may be reloaded before the lease is done */
+		out = palloc(sizeof(char *) * (c->ntenants + 1));
+		for (i = 0; i < c->ntenants; i++)
+			out[i] = pstrdup(c->tenants[i]);
 		*n = c->ntenants;
-		return c->tenants;
+		return out;
 	}
 	/* the caller's filter, narrowed to its bindings */
 	out = palloc(sizeof(char *) * (ngiven + 1));

@@ -77,7 +77,8 @@ enum
 
 /*
  * batch_take_lease: delete the lease of task_id if it is live and
- * worker_id's (and was taken by role), as "DELETE ... WHERE task_id = $1 AND worker_id = $2 AND
+ * worker_id's (and was taken by role, and is of a tenant the caller may act
+ * in when it is restricted), as "DELETE ... WHERE task_id = $1 AND worker_id = $2 AND
  * expires_at > $3" would under READ COMMITTED: a lease changed since the
  * snapshot (a heartbeat) is read again and decided again; one deleted
  * meanwhile (by the sweep, or a second report) is skipped.  Returns
@@ -85,7 +86,7 @@ enum
  */
 static bool
 batch_take_lease(SiloDirect *d, SiloTable *lease, Datum task_id, const char *worker_id,
-				 const char *role, TimestampTz now)
+				 const char *role, bool restricted, TimestampTz now)
 {
 	bool		first = true;
 
@@ -108,6 +109,10 @@ batch_take_lease(SiloDirect *d, SiloTable *lease, Datum task_id, const char *wor
 		/* a lease belongs to the role that took it (none recorded before 1.7) */
 		owner = silo_table_get(lease, BL_OWNER_ROLE, &isnull);
 		if (!isnull && !silo_text_datum_is(owner, role))
+			return false;
+		/* a tenant the caller may not act in: as if there were no lease */
+		if (restricted &&
+			!silo_tenant_allowed(TextDatumGetCString(silo_table_get(lease, BL_TENANT, &isnull))))
 			return false;
 		switch (silo_table_delete(lease))
 		{
@@ -265,7 +270,7 @@ silo_complete_batch(ReturnSetInfo *rsinfo, int ntasks, Datum *ids, Datum *result
 		bool		isnull;
 		Datum		h;
 
-		if (!batch_take_lease(d, lease, ids[k], worker_id, role, now))
+		if (!batch_take_lease(d, lease, ids[k], worker_id, role, restricted, now))
 			continue;
 		if (!silo_text_datum_is(silo_table_get(lease, BL_KIND, &isnull), "run"))
 			ereport(ERROR,
@@ -275,10 +280,11 @@ silo_complete_batch(ReturnSetInfo *rsinfo, int ntasks, Datum *ids, Datum *result
 							TextDatumGetCString(silo_table_get(lease, BL_KIND, &isnull))),
 					 errhint("Answer a refresh task with silo.report_refresh or silo.fail_refresh.")));
 		/*
-		 * The tenant's bindings and, in cluster mode, its shard: a task this
-		 * call may not complete fails the whole batch.
+		 * The isolation mode's refusal of tenant '-' and, in cluster mode,
+		 * the shard: a task this call may not complete fails the whole
+		 * batch.  (Another tenant's lease was passed over above.)
 		 */
-		if (restricted || silo_cluster_mode())
+		if (restricted || silo_tenant_isolation || silo_cluster_mode())
 		{
 			char	   *tenant = TextDatumGetCString(silo_table_get(lease, BL_TENANT, &isnull));
 

@@ -40,6 +40,13 @@ enqueue_validate(SiloEnqueueArgs *args)
 	silo_check_name("task_group", args->task_group);
 	silo_check_length("tenant", args->tenant, 1, SILO_MAX_TENANT_LEN);
 	silo_check_name("tenant", args->tenant);
+	if (strcmp(args->tenant, "-") == 0 && silo_group_fair(args->task_group))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("task group \"%s\" dispatches in turns across tenants: a tenant must be given",
+						args->task_group),
+				 errdetail("The default tenant \"-\" has no turn in a fair task group."),
+				 errhint("Pass the tenant argument, or set the group's fairness to 'none'.")));
 	if (strcmp(args->tenant, SILO_ALL_TENANTS) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

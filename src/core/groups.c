@@ -15,10 +15,13 @@
  */
 #include "silo_core.h"
 
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
 #define GROUP_KEY_BYTES (SILO_MAX_GROUP_LEN * MAX_MULTIBYTE_CHAR_LEN + 1)
@@ -30,8 +33,20 @@ typedef struct GroupEntry
 } GroupEntry;
 
 static HTAB *group_cache = NULL;
+static bool group_cache_stale = false;
 static uint64 group_cache_generation = 0;
 static LocalTransactionId group_cache_lxid = InvalidLocalTransactionId;
+static Oid	group_setting_relid = InvalidOid;	/* silo.task_group_setting */
+
+/*
+ * group_cache_drop: forget every cached setting.  The hash's memory is
+ * freed at the next lookup, not in an invalidation callback.
+ */
+static void
+group_cache_drop(void)
+{
+	group_cache_stale = true;
+}
 
 /*
  * group_lookup: the setting of task_group as silo.task_group_setting
@@ -45,6 +60,11 @@ group_lookup(const char *task_group)
 	Datum		values[1];
 	bool		fair;
 
+	/* looked up each time: the extension may have been re-created */
+	group_setting_relid = get_relname_relid("task_group_setting",
+											get_namespace_oid("silo", true));
+	if (!OidIsValid(group_setting_relid))
+		return false;			/* a schema before 1.7: no settings */
 	values[0] = CStringGetTextDatum(task_group);
 	silo_spi_connect();
 	silo_exec(&plan,
@@ -69,7 +89,7 @@ silo_group_fair(const char *task_group)
 
 	if (strlen(task_group) >= GROUP_KEY_BYTES)
 		return group_lookup(task_group);
-	if (group_cache == NULL || generation != group_cache_generation ||
+	if (group_cache == NULL || generation != group_cache_generation || group_cache_stale ||
 		(generation == 0 && group_cache_lxid != MyProc->lxid))
 	{
 		HASHCTL		ctl;
@@ -83,6 +103,7 @@ silo_group_fair(const char *task_group)
 								  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 		group_cache_generation = generation;
 		group_cache_lxid = MyProc->lxid;
+		group_cache_stale = false;
 	}
 	e = hash_search(group_cache, task_group, HASH_FIND, &found);
 	if (found)
@@ -99,18 +120,38 @@ silo_group_fair(const char *task_group)
 }
 
 /*
- * silo_group_settings_changed: the settings changed in this transaction:
- * this backend forgets them now, every other at the commit.
+ * silo_group_settings_changed: the settings (relation relid) changed in
+ * this transaction: this backend forgets them now, every other at the
+ * commit.
  */
 void
-silo_group_settings_changed(void)
+silo_group_settings_changed(Oid relid)
 {
-	if (group_cache != NULL)
-	{
-		hash_destroy(group_cache);
-		group_cache = NULL;
-	}
+	group_cache_drop();
 	silo_config_changed_at_commit();
+	CacheInvalidateRelcacheByRelid(relid);
+	group_setting_relid = relid;
+}
+
+/*
+ * group_relcache_invalidate: relcache callback: a change of
+ * silo.task_group_setting drops the cache (this reaches sessions after
+ * COMMIT PREPARED, and hot standbys, which the generation does not).
+ */
+static void
+group_relcache_invalidate(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == group_setting_relid)
+		group_cache_drop();
+}
+
+/*
+ * silo_groups_init: register the invalidation callback (from _PG_init).
+ */
+void
+silo_groups_init(void)
+{
+	CacheRegisterRelcacheCallback(group_relcache_invalidate, (Datum) 0);
 }
 
 /*

@@ -72,6 +72,8 @@ typedef struct TenantRange
 								 * rows this lease has read */
 	uint64		gen;			/* 0: no mark (nothing to raise) */
 	bool		raised;
+	bool		seen;			/* the current read found a row */
+	SiloMarkKey key;			/* the key of the row read last */
 } TenantRange;
 
 /*
@@ -156,55 +158,129 @@ range_is_default(SiloTable *task)
 }
 
 /*
- * range_take: up to max of the tenant's due tasks in ready order, from
- * its mark or from where this lease's last read of it stopped (the rows
- * before are taken, or held by other transactions); a turn (max 1)
- * passes over at most FAIR_SKIP_LIMIT tasks that others hold.  The first time a range is read in this lease,
- * its mark is raised to the first task the read finds -- nothing of the
- * tenant below it is visible, and whatever appears there later lowers the
- * mark again -- or past everything when the range is empty.  Returns how
- * many were taken.
+ * range_open: start reading r's range on task (task_ready_tenant, or
+ * task_ready for the default tenant) from r->start.
+ */
+static void
+range_open(SiloTable *task, Datum group, TenantRange *r, ScanKey keys, ScanKey row)
+{
+	silo_table_scan_start(task, keys, range_keys(keys, row, group, r->tenant, &r->start));
+	r->seen = false;
+}
+
+/*
+ * range_next: the next row of r's range, which becomes task's current row
+ * and r->key; false at its end.  The default tenant's range passes over
+ * the other tenants' rows.  The first time a range is read in this lease,
+ * its mark is raised to the first row read -- nothing of the tenant below
+ * it is visible, and whatever appears there later lowers the mark again
+ * -- or past everything when the range is empty.  r->start follows the
+ * read: this lease's next read of the range starts past the rows read,
+ * which are taken, or held by other transactions.
+ */
+static bool
+range_next(SiloTable *task, const char *task_group, TenantRange *r)
+{
+	bool		dflt = strcmp(r->tenant, "-") == 0;
+
+	while (silo_table_scan_next(task))
+	{
+		silo_lease_row_key(task, &r->key);
+		r->start = r->key;
+		r->start.seq++;
+		if (dflt && !range_is_default(task))
+			continue;
+		if (!r->seen && !r->raised && r->gen != 0)
+		{
+			silo_mark_raise(task_group, r->tenant, r->gen, &r->key);
+			r->raised = true;
+		}
+		r->seen = true;
+		return true;
+	}
+	if (!r->seen && !r->raised && r->gen != 0)
+	{
+		silo_mark_raise(task_group, r->tenant, r->gen, &silo_mark_highest);
+		r->raised = true;
+	}
+	return false;
+}
+
+/*
+ * range_table: the table (index) r's range is read on.
+ */
+static SiloTable *
+range_table(SiloTable *ready, SiloTable *ready_tenant, TenantRange *r)
+{
+	return strcmp(r->tenant, "-") == 0 ? ready : ready_tenant;
+}
+
+/*
+ * range_take: up to max of r's tasks in ready order; a turn (max 1)
+ * passes over at most FAIR_SKIP_LIMIT tasks that others hold.  Returns
+ * how many were taken.
  */
 static int
 range_take(LeaseWork *w, SiloTable *ready, SiloTable *ready_tenant, Datum group,
 		   const char *task_group, TenantRange *r, int32 max)
 {
-	bool		dflt = strcmp(r->tenant, "-") == 0;
-	SiloTable  *task = dflt ? ready : ready_tenant;
+	SiloTable  *task = range_table(ready, ready_tenant, r);
 	ScanKeyData keys[3];
 	ScanKeyData row[3];
 	int			n = 0;
 	int			passed = 0;
-	bool		seen = false;
-	SiloMarkKey at;
 
-	silo_table_scan_start(task, keys, range_keys(keys, row, group, r->tenant, &r->start));
-	while (n < max && silo_table_scan_next(task))
+	range_open(task, group, r, keys, row);
+	while (n < max && range_next(task, task_group, r))
 	{
-		if (dflt && !range_is_default(task))
-			continue;
-		silo_lease_row_key(task, &at);
-		if (!seen && !r->raised && r->gen != 0)
-		{
-			silo_mark_raise(task_group, dflt ? "" : r->tenant, r->gen, &at);
-			r->raised = true;
-		}
-		seen = true;
-
-		/* this lease's next read of the range starts past this row */
-		r->start = at;
-		r->start.seq++;
 		if (silo_lease_take_row(w, task))
 			n++;
 		else if (max == 1 && ++passed > FAIR_SKIP_LIMIT)
 			break;
 	}
-	if (!seen && !dflt && !r->raised && r->gen != 0)
-	{
-		silo_mark_raise(task_group, r->tenant, r->gen, &silo_mark_highest);
-		r->raised = true;
-	}
 	return n;
+}
+
+/*
+ * merge_take: up to max of the n tenants' tasks in ready order across
+ * them -- priority, then effective start, then enqueue order, as a lease
+ * of the whole group would take them -- by merging their ranges, each
+ * read by a scan of its own.  Returns how many were taken.
+ */
+static int
+merge_take(SiloDirect *d, LeaseWork *w, const char *task_group, TenantRange *r, int n,
+		   int32 max)
+{
+	Datum		group = CStringGetTextDatum(task_group);
+	SiloTable **t = palloc(sizeof(SiloTable *) * n);
+	ScanKeyData *keys = palloc(sizeof(ScanKeyData) * 3 * n);
+	ScanKeyData *row = palloc(sizeof(ScanKeyData) * 3 * n);
+	bool	   *live = palloc(sizeof(bool) * n);
+	int			taken = 0;
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		t[i] = silo_table_open(d, "task", silo_lease_task_cols, LT_NCOLS,
+							   strcmp(r[i].tenant, "-") == 0 ? "task_ready" : "task_ready_tenant",
+							   SILO_TABLE_DELETE);
+		range_open(t[i], group, &r[i], &keys[3 * i], &row[3 * i]);
+		live[i] = range_next(t[i], task_group, &r[i]);
+	}
+	while (taken < max)
+	{
+		int			best = -1;
+
+		for (i = 0; i < n; i++)
+			if (live[i] && (best < 0 || silo_mark_cmp(&r[i].key, &r[best].key) < 0))
+				best = i;
+		if (best < 0)
+			break;
+		if (silo_lease_take_row(w, t[best]))
+			taken++;
+		live[best] = range_next(t[best], task_group, &r[best]);
+	}
+	return taken;
 }
 
 /*
@@ -252,9 +328,11 @@ rounds(LeaseWork *w, SiloTable *ready, SiloTable *ready_tenant, const char *task
 
 /*
  * silo_lease_take_tenants: a lease of the given tenants' tasks of the
- * group.  Not fair: tenant after tenant in the array's order, each in
- * ready order.  Fair: turns across them in the array's order.  Returns
- * how many were taken.
+ * group.  Not fair: in ready order across them (their ranges merged);
+ * more than MARKED_TENANTS tenants, tenant after tenant in the array's
+ * order.  Fair: turns across them in the array's order, from the
+ * one after the tenant the group served last, moving the group's cursor.
+ * Returns how many were taken.
  */
 int
 silo_lease_take_tenants(SiloDirect *d, LeaseWork *w, const char *task_group, int32 max_tasks,
@@ -266,16 +344,33 @@ silo_lease_take_tenants(SiloDirect *d, LeaseWork *w, const char *task_group, int
 	SiloTable  *ready_tenant;
 	int			n = 0;
 	int			i;
+	int			first;
 
 	if (ntenants <= 0)
 		return 0;
+	/*
+	 * Fair: the turns go on from the tenant after the one the group served
+	 * last, when it is in the array (so leases of one task each go round
+	 * the array), else from the array's first.
+	 */
+	first = 0;
+	if (fair && ntenants > 1)
+	{
+		char	   *cursor = silo_mark_cursor_get(task_group);
+
+		for (i = 0; cursor != NULL && i < ntenants; i++)
+			if (strcmp(tenants[i], cursor) == 0)
+				first = (i + 1) % ntenants;
+	}
 	r = palloc(sizeof(TenantRange) * ntenants);
 	for (i = 0; i < ntenants; i++)
-		r[i].tenant = tenants[i];
+		r[i].tenant = tenants[(first + i) % ntenants];
 	open_ranges(d, &ready, &ready_tenant);
 	ranges_begin(d, task_group, r, ntenants, task_relid);
 	if (fair && ntenants > 1)
-		return rounds(w, ready, ready_tenant, task_group, r, ntenants, max_tasks, false);
+		return rounds(w, ready, ready_tenant, task_group, r, ntenants, max_tasks, true);
+	if (ntenants > 1 && ntenants <= MARKED_TENANTS)
+		return merge_take(d, w, task_group, r, ntenants, max_tasks);
 	for (i = 0; i < ntenants && n < max_tasks; i++)
 		n += range_take(w, ready, ready_tenant, group, task_group, &r[i], max_tasks - n);
 	return n;

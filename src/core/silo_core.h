@@ -48,7 +48,8 @@ extern void silo_mark_cursor_set(const char *task_group, const char *tenant);
 
 /* groups.c: task group settings */
 extern bool silo_group_fair(const char *task_group);
-extern void silo_group_settings_changed(void);
+extern void silo_group_settings_changed(Oid relid);
+extern void silo_groups_init(void);
 extern char *silo_group_configure(const char *task_group, const char *fairness);
 
 /* enqueue.c */

@@ -56,6 +56,7 @@ _PG_init(void)
 	RegisterSubXactCallback(silo_subxact_callback, NULL);
 	silo_mark_init();
 	silo_tenancy_init();
+	silo_groups_init();
 
 	if (!process_shared_preload_libraries_in_progress)
 		return;

@@ -15,7 +15,7 @@
 #include "access/genam.h"
 #include "nodes/execnodes.h"
 
-#define DIRECT_MAX_TABLES	8
+#define DIRECT_MAX_TABLES	80	/* a lease merging 64 tenants' ranges opens 68 */
 #define DIRECT_BATCH_ROWS	32		/* rows a batched table holds at most */
 #define DIRECT_WALK_STEPS	8		/* rows silo_table_fetch_ascending walks
 									 * before it searches again */

@@ -38,7 +38,7 @@ extern bool silo_tenant_allowed(const char *tenant);
 extern void silo_tenancy_check(const char *tenant);
 extern void silo_tenancy_require_binding(void);
 extern char *silo_caller_name(void);
-extern void silo_tenancy_grants_changed(void);
+extern void silo_tenancy_grants_changed(Oid relid);
 extern void silo_tenancy_init(void);
 
 #endif							/* SILO_TENANCY_H */

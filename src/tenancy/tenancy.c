@@ -59,6 +59,7 @@ static uint64 cached_generation = 0;
 static bool cached_isolation = false;
 static LocalTransactionId cached_lxid = InvalidLocalTransactionId;
 static MemoryContext tenancy_cxt = NULL;
+static Oid	tenancy_grant_relid = InvalidOid;	/* silo.tenant_grant, once read */
 
 /*
  * tenancy_invalidate: catalog callback (role memberships, roles): forget
@@ -71,6 +72,20 @@ tenancy_invalidate(Datum arg, int cacheid, uint32 hashvalue)
 }
 
 /*
+ * tenancy_relcache_invalidate: relcache callback: a change of
+ * silo.tenant_grant (the trigger sends one at every change; relid
+ * InvalidOid is every relation) drops the cache.  This reaches sessions
+ * the shared generation cannot: after COMMIT PREPARED, and on a hot
+ * standby, where the invalidation is replayed from WAL.
+ */
+static void
+tenancy_relcache_invalidate(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == tenancy_grant_relid)
+		cached_valid = false;
+}
+
+/*
  * silo_tenancy_init: register the catalog callbacks (from _PG_init).
  */
 void
@@ -78,6 +93,7 @@ silo_tenancy_init(void)
 {
 	CacheRegisterSyscacheCallback(AUTHMEMROLEMEM, tenancy_invalidate, (Datum) 0);
 	CacheRegisterSyscacheCallback(AUTHOID, tenancy_invalidate, (Datum) 0);
+	CacheRegisterRelcacheCallback(tenancy_relcache_invalidate, (Datum) 0);
 }
 
 /*
@@ -129,6 +145,7 @@ tenancy_read(Binding **out)
 	*out = NULL;
 	if (!OidIsValid(relid))
 		return 0;
+	tenancy_grant_relid = relid;
 	role_att = get_attnum(relid, "role_name");
 	tenant_att = get_attnum(relid, "tenant");
 	rel = table_open(relid, AccessShareLock);
@@ -282,12 +299,12 @@ silo_caller(void)
 		cached_generation != generation || cached_isolation != silo_tenant_isolation ||
 		(generation == 0 && cached_lxid != MyProc->lxid))
 	{
-		cached_valid = false;
-		tenancy_load(role, session);
+		/* valid first: an invalidation during the load makes it invalid */
+		cached_valid = true;
 		cached_generation = generation;
 		cached_isolation = silo_tenant_isolation;
 		cached_lxid = MyProc->lxid;
-		cached_valid = true;
+		tenancy_load(role, session);
 	}
 	return &cached;
 }
@@ -369,12 +386,15 @@ silo_tenancy_require_binding(void)
 }
 
 /*
- * silo_tenancy_grants_changed: the bindings changed in this transaction:
- * every backend's cache goes at commit, this one's now.
+ * silo_tenancy_grants_changed: the bindings (relation relid) changed in
+ * this transaction: every backend's cache goes at commit, this one's now;
+ * the relcache invalidation also reaches prepared transactions' commits
+ * and hot standbys.
  */
 void
-silo_tenancy_grants_changed(void)
+silo_tenancy_grants_changed(Oid relid)
 {
 	cached_valid = false;
 	silo_config_changed_at_commit();
+	CacheInvalidateRelcacheByRelid(relid);
 }
