@@ -2,10 +2,10 @@
 # 018_docs_examples.pl: the SQL examples of the documentation run as
 # written.
 #
-# Every block fenced as ```sql in docs/README.md, docs/api.md,
+# Every block fenced as ```sql in README.md, docs/README.md, docs/api.md,
 # docs/operations.md and docs/security.md is run, in the order of its file,
 # in one psql session per file, on a fresh node per file -- as a user
-# pasting them one after the other into psql.  README.md and operations.md
+# pasting them one after the other into psql.  The READMEs and operations.md
 # start from a node without silo, because their first block is the
 # CREATE EXTENSION that installs it; api.md and security.md start from a
 # node with silo installed.
@@ -50,6 +50,7 @@ my $src = $ENV{SILO_SRC} // dirname(__FILE__) . '/../..';
 
 # the documents, and whether their node starts with silo installed
 my @docs = (
+	[ 'README.md',          0 ],
 	[ 'docs/README.md',     0 ],
 	[ 'docs/api.md',        1 ],
 	[ 'docs/operations.md', 0 ],
@@ -298,7 +299,8 @@ sub run_doc
 		$at_line{ scalar @script } = $item;
 	}
 
-	(my $name = $file) =~ s{.*/|\.md$}{}g;
+	(my $name = $file) =~ s{\.md$}{};
+	$name =~ s{/}{_}g;			# README.md and docs/README.md differ
 	my $node = silo_node("docs_$name", no_extension => !$extension);
 	my ($out, $err) = ('', '');
 	$node->psql(
