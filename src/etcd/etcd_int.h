@@ -7,7 +7,8 @@
  *	  etcd.c		the client: configuration, endpoints and failover, the
  *					unary HTTP transport, authentication, status mapping
  *	  etcd_api.c	the typed calls (KV, txn, leases, cluster, auth admin)
- *	  etcd_json.c	every JSON encoder and decoder (the only jansson user)
+ *	  etcd_json.c	every JSON encoder; etcd_json_dec.c every decoder (the
+ *					only jansson users)
  *	  etcd_watch.c	streaming watches on a curl multi handle
  *	  etcd_util.c	statuses, the clock, prefix ends, base64, byte buffers
  *
@@ -101,7 +102,7 @@ extern char *etcdj_compaction(int64_t revision, bool physical, EtcdStatus *st);
 extern char *etcdj_strings(EtcdStatus *st, int n, const char *const *names,
 						   const char *const *values);
 
-/* ---- etcd_json.c: decoders (false with *st set: ETCD_PROTOCOL etc.) ---- */
+/* ---- etcd_json_dec.c: decoders (false with *st set: ETCD_PROTOCOL etc.) ---- */
 extern bool etcdj_decode_range(const EtcdBuf *body, EtcdRangeResult *out, EtcdStatus *st);
 extern bool etcdj_decode_put(const EtcdBuf *body, EtcdPutResult *out, EtcdStatus *st);
 extern bool etcdj_decode_delete(const EtcdBuf *body, EtcdDeleteResult *out, EtcdStatus *st);
