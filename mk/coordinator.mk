@@ -4,7 +4,7 @@
 # (CC, CFLAGS, CFLAGS_SL, CPPFLAGS with PG_CPPFLAGS, LDFLAGS, pkglibdir,
 # INSTALL_SHLIB, ...) and the etcd client's objects ($(ETCD_OBJS),
 # $(ETCD_PKG_LIBS)) are known.  The coordinator is a library of its own,
-# linked with the etcd client, libcurl and jansson, so that ordinary
+# linked with the etcd client, libcurl, jansson and libpq, so that ordinary
 # backends, which load only silo.so, never load libcurl.  Its references to
 # silo.so's functions (silo_cluster_publish, ...) stay undefined here and
 # resolve when the worker loads it: silo.so is preloaded with RTLD_GLOBAL.
@@ -27,13 +27,17 @@ coordinator: $(COORD_LIB)
 all: $(COORD_LIB)
 
 src/coordinator/%.o: src/coordinator/%.c $(COORD_HDRS)
-	$(CC) $(CFLAGS) $(CFLAGS_SL) $(CPPFLAGS) -Isrc/coordinator -Isrc/etcd -c -o $@ $<
+	$(CC) $(CFLAGS) $(CFLAGS_SL) $(CPPFLAGS) -Isrc/coordinator -Isrc/etcd \
+		-I$(shell $(PG_CONFIG) --includedir) -c -o $@ $<
 
 # --wrap=json_object: the postgres executable exports a json_object of its
 # own, which would shadow jansson's (src/coordinator/jansson_wrap.c).
+# libpq: the moves' SQL runs over a connection to the node itself
+# (src/coordinator/moves_sql.c).
 $(COORD_LIB): $(COORD_OBJS) $(ETCD_OBJS)
 	$(CC) $(CFLAGS) $(CFLAGS_SL) -shared -o $@ $(COORD_OBJS) $(ETCD_OBJS) \
-		$(LDFLAGS) $(LDFLAGS_SL) -Wl,--wrap=json_object $(ETCD_PKG_LIBS) -ldl
+		$(LDFLAGS) $(LDFLAGS_SL) -Wl,--wrap=json_object $(ETCD_PKG_LIBS) \
+		-L$(shell $(PG_CONFIG) --libdir) -lpq -ldl
 
 install: install-coordinator
 uninstall: uninstall-coordinator

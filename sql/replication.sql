@@ -16,8 +16,10 @@ TRUNCATE silo.chain_task, silo.concurrency_request, silo.concurrency_holder,
 -- A shard's rows are those of every table of schema silo but the two
 -- that configure silo itself and belong to no shard: silo.tenant_grant
 -- (roles bound to tenants) and silo.task_group_setting (one row per task
--- group).  Every shard table's replica identity is its primary key, with
--- tenant in it; task_group_setting has no tenant at all.
+-- group), and silo.shard_state, this node's own record of its shards'
+-- moves: silo.shard_tables() lists them.  Every shard table's replica
+-- identity is its primary key, with tenant in it; task_group_setting and
+-- shard_state have no tenant at all.
 SELECT c.relname
   FROM pg_class c
  WHERE c.relnamespace = 'silo'::regnamespace AND c.relkind = 'r'
@@ -32,12 +34,10 @@ SELECT c.relname
 DO $$
 BEGIN
 	EXECUTE (SELECT 'CREATE PUBLICATION regress_silo_shard FOR '
-					|| string_agg(format('TABLE %s WHERE (hashtextextended(tenant, 0) >= 0)',
-										 c.oid::regclass), ', ' ORDER BY c.relname)
+					|| string_agg(format('TABLE %s WHERE (hashtextextended(tenant, 0) >= 0)', t),
+								  ', ')
 					|| $q$ WITH (publish = 'insert, update, delete')$q$
-			   FROM pg_class c
-			  WHERE c.relnamespace = 'silo'::regnamespace AND c.relkind = 'r'
-				AND c.relname NOT IN ('tenant_grant', 'task_group_setting'));
+			   FROM silo.shard_tables() t);
 END
 $$;
 SELECT count(*) AS published_tables FROM pg_publication_tables WHERE pubname = 'regress_silo_shard';

@@ -469,3 +469,327 @@ REVOKE ALL ON FUNCTION silo.configure_task_group(text, text),
 GRANT EXECUTE ON FUNCTION silo.configure_task_group(text, text) TO silo_admin;
 REVOKE ALL ON silo.task_group_settings FROM PUBLIC;
 GRANT SELECT ON silo.task_group_settings TO silo_admin, silo_producer, silo_worker;
+
+/* ---------------------------------------------------------------------
+ * Results without polling: silo.wait_result (docs/api.md)
+ * ------------------------------------------------------------------- */
+
+/*
+ * A procedure, so that it can commit before it sleeps: a sleeping waiter
+ * holds no snapshot and no xid.  PostgreSQL makes a SECURITY DEFINER
+ * procedure, and one with SET clauses, atomic (it could not commit), so
+ * this one is neither: each look at the job runs as the procedure's owner
+ * with search_path pinned to pg_catalog, pg_temp, as a SECURITY DEFINER
+ * function's body would (src/core/wait.c).  The result columns are INOUT
+ * with defaults because a procedure's OUT parameters cannot follow one
+ * with a default; what a call passes for them is ignored.
+ */
+CREATE PROCEDURE silo.wait_result(job_id text, tenant text DEFAULT '-',
+								  timeout interval DEFAULT '30 s',
+								  INOUT status text DEFAULT NULL,
+								  INOUT result jsonb DEFAULT NULL,
+								  INOUT error_code text DEFAULT NULL,
+								  INOUT error_data jsonb DEFAULT NULL,
+								  INOUT finished_at timestamptz DEFAULT NULL)
+AS 'MODULE_PATHNAME', 'silo_wait_result'
+LANGUAGE C;
+
+REVOKE ALL ON PROCEDURE silo.wait_result(text, text, interval, text, jsonb, text, jsonb,
+										 timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON PROCEDURE silo.wait_result(text, text, interval, text, jsonb, text, jsonb,
+											timestamptz) TO silo_producer, silo_admin;
+
+/* ---------------------------------------------------------------------
+ * Moving a shard between nodes (docs/cluster.md, "Moving a shard")
+ * ------------------------------------------------------------------- */
+
+/*
+ * What this node holds of each shard, as far as moves are concerned: the
+ * local half of a move's state (the other half is the move record in
+ * etcd).  No row: the node holds nothing of the shard, or rows from
+ * before cluster mode, which are the shard's if this node acquires it.
+ *
+ *   owned      acquired here; the rows are the shard's
+ *   sending    the source of a move: a publication of the rows exists
+ *   paused     the source, paused; final_lsn holds every change
+ *   released   the source, released to the target: rows kept until the
+ *              target has acquired, then deleted
+ *   receiving  the target: rows arriving by a subscription, incomplete
+ *   received   the target: a copy whose setsums matched the source's
+ *   stale      rows that are no longer the shard's (an aborted copy, an
+ *              ownership lost): deleted when the coordinator gets to it
+ *
+ * Written only by the functions below, each one statement, so a state and
+ * the work it records commit together.  Node-local: not in any
+ * publication, not dumped.
+ */
+CREATE TABLE silo.shard_state (
+	shard_id	integer PRIMARY KEY,
+	state		text COLLATE "C" NOT NULL
+		CHECK (state IN ('owned', 'sending', 'paused', 'released', 'receiving', 'received', 'stale')),
+	move_id		bigint NOT NULL DEFAULT 0,	-- the move record's create revision
+	peer		text COLLATE "C" NOT NULL DEFAULT '',
+	final_lsn	pg_lsn,
+	changed_at	timestamptz NOT NULL DEFAULT now()
+);
+REVOKE ALL ON silo.shard_state FROM PUBLIC;
+GRANT SELECT ON silo.shard_state TO silo_admin;
+
+/* the broker's filter in cluster mode: does this node serve the tenant? */
+CREATE FUNCTION silo.shard_served(tenant text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'silo_shard_served'
+LANGUAGE C VOLATILE STRICT;
+
+/* a move's pause: wait for the shard's transactions (the coordinator's) */
+CREATE FUNCTION silo.shard_drain(shard integer, timeout_ms integer)
+RETURNS pg_lsn
+AS 'MODULE_PATHNAME', 'silo_shard_drain'
+LANGUAGE C VOLATILE STRICT;
+
+/* lease marks, the refresh hint and the broker, after rows arrived */
+CREATE FUNCTION silo.shard_forget_hints()
+RETURNS void
+AS 'MODULE_PATHNAME', 'silo_shard_forget_hints'
+LANGUAGE C VOLATILE;
+
+/* the tables whose rows belong to shards: all of silo's but the
+ * configuration (tenant_grant, task_group_setting) and shard_state */
+CREATE FUNCTION silo.shard_tables()
+RETURNS SETOF regclass
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT c.oid::regclass FROM pg_class c
+ WHERE c.relnamespace = 'silo'::regnamespace AND c.relkind = 'r'
+   AND c.relname NOT IN ('tenant_grant', 'task_group_setting', 'shard_state')
+ ORDER BY c.relname
+$$;
+
+/* a shard table's columns but the row hints (tid), which point nowhere on
+ * another node: they are not published (they arrive NULL) nor summed */
+CREATE FUNCTION silo.shard_columns(tbl regclass)
+RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) FROM pg_attribute a
+ WHERE a.attrelid = tbl AND a.attnum > 0 AND NOT a.attisdropped
+   AND a.atttypid <> 'tid'::regtype
+$$;
+
+/* the rows of the hash range [lo, hi) (hi NULL: up to 2^63), as SQL */
+CREATE FUNCTION silo.shard_filter(lo bigint, hi bigint)
+RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT concat_ws(' AND ',
+				 format('pg_catalog.hashtextextended(tenant, 0) >= %L::bigint', lo),
+				 CASE WHEN hi IS NOT NULL
+					  THEN format('pg_catalog.hashtextextended(tenant, 0) < %L::bigint', hi) END)
+$$;
+
+/* one upsert of this node's state of a shard */
+CREATE FUNCTION silo.shard_state_set(shard integer, new_state text, move bigint, peer_node text,
+									 lsn pg_lsn)
+RETURNS text
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
+AS $$
+INSERT INTO silo.shard_state (shard_id, state, move_id, peer, final_lsn)
+VALUES (shard, new_state, move, peer_node, lsn)
+ON CONFLICT (shard_id) DO UPDATE
+   SET state = excluded.state, move_id = excluded.move_id, peer = excluded.peer,
+	   final_lsn = excluded.final_lsn, changed_at = pg_catalog.now()
+RETURNING state
+$$;
+
+/*
+ * The setsum of every shard table's rows of a range, table by table, as
+ * one text "table:rows:setsum;..." in table order, computed with fixed
+ * output settings so that two nodes compare like with like.
+ */
+CREATE FUNCTION silo.shard_setsums(lo bigint, hi bigint)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp SET "TimeZone" = 'UTC' SET "DateStyle" = 'ISO, YMD'
+SET "IntervalStyle" = 'postgres' SET extra_float_digits = 1 SET bytea_output = 'hex'
+AS $$
+DECLARE
+	t regclass;
+	part text;
+	result text := '';
+BEGIN
+	FOR t IN SELECT * FROM silo.shard_tables() LOOP
+		EXECUTE format('SELECT count(*) || %L || silo.setsum(ROW(%s)::text) FROM %s WHERE %s',
+					   ':', silo.shard_columns(t), t, silo.shard_filter(lo, hi))
+		   INTO part;
+		result := result || CASE WHEN result = '' THEN '' ELSE ';' END
+				  || (SELECT c.relname FROM pg_class c WHERE c.oid = t) || ':' || part;
+	END LOOP;
+	RETURN result;
+END
+$$;
+
+/* delete a range's rows from every shard table (no publication of this
+ * node covers them: the source drops its move's first) */
+CREATE FUNCTION silo.shard_delete_rows(lo bigint, hi bigint)
+RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	t regclass;
+	n bigint;
+	total bigint := 0;
+BEGIN
+	FOR t IN SELECT * FROM silo.shard_tables() LOOP
+		EXECUTE format('DELETE FROM %s WHERE %s', t, silo.shard_filter(lo, hi));
+		GET DIAGNOSTICS n = ROW_COUNT;
+		total := total + n;
+	END LOOP;
+	RETURN total;
+END
+$$;
+
+/* the source: publish the shard's rows for the move (a publication named
+ * silo_move_<shard>, row-filtered, no TRUNCATE, no row hints) */
+CREATE FUNCTION silo.move_source_prepare(shard integer, move bigint, peer_node text, lo bigint,
+										 hi bigint)
+RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	pub text := format('silo_move_%s', shard);
+BEGIN
+	IF EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = pub) THEN
+		EXECUTE format('DROP PUBLICATION %I', pub);
+	END IF;
+	EXECUTE (SELECT format('CREATE PUBLICATION %I FOR ', pub)
+					|| string_agg(format('TABLE %s (%s) WHERE (%s)', t, silo.shard_columns(t),
+										 silo.shard_filter(lo, hi)), ', ')
+					|| ' WITH (publish = ''insert, update, delete'')'
+			   FROM silo.shard_tables() t);
+	RETURN silo.shard_state_set(shard, 'sending', move, peer_node, NULL);
+END
+$$;
+
+/*
+ * The source, once the move is over either way: drop the publication and
+ * the move's replication slots (a subscriber still connected is cut off
+ * first; 'retry' while one is still active).  Then, with keep_rows, the
+ * shard is this node's again ('owned'); without, its rows are deleted and
+ * the state forgotten: the target has them.
+ */
+CREATE FUNCTION silo.move_source_cleanup(shard integer, lo bigint, hi bigint, keep_rows boolean)
+RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	pub text := format('silo_move_%s', shard);
+	pattern text := format('silo\_move\_%s\_%%', shard);
+	slot record;
+BEGIN
+	IF EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = pub) THEN
+		EXECUTE format('DROP PUBLICATION %I', pub);
+	END IF;
+	FOR slot IN SELECT s.slot_name, s.active, s.active_pid FROM pg_replication_slots s
+				 WHERE s.slot_name LIKE pattern LOOP
+		IF slot.active THEN
+			PERFORM pg_terminate_backend(slot.active_pid);
+			RETURN 'retry';
+		END IF;
+		PERFORM pg_drop_replication_slot(slot.slot_name);
+	END LOOP;
+	IF keep_rows THEN
+		RETURN silo.shard_state_set(shard, 'owned', 0, '', NULL);
+	END IF;
+	PERFORM silo.shard_delete_rows(lo, hi);
+	DELETE FROM silo.shard_state s WHERE s.shard_id = shard;
+	RETURN 'gone';
+END
+$$;
+
+/* the target, before it subscribes: its rows of the range go (whatever an
+ * old move left), and it is receiving */
+CREATE FUNCTION silo.move_target_prepare(shard integer, move bigint, peer_node text, lo bigint,
+										 hi bigint)
+RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM silo.shard_delete_rows(lo, hi);
+	RETURN silo.shard_state_set(shard, 'receiving', move, peer_node, NULL);
+END
+$$;
+
+/* the target's subscription, as one word: none, copying, ready (every
+ * table copied and streaming), or errors:<n> */
+CREATE FUNCTION silo.move_target_progress(shard integer)
+RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT CASE WHEN s.oid IS NULL THEN 'none'
+			WHEN coalesce(st.apply_error_count + st.sync_error_count, 0) >= 30
+				THEN 'errors:' || (st.apply_error_count + st.sync_error_count)
+			WHEN (SELECT count(*) FROM pg_subscription_rel r
+				   WHERE r.srsubid = s.oid AND r.srsubstate = 'r')
+				 = (SELECT count(*) FROM silo.shard_tables()) THEN 'ready'
+			ELSE 'copying' END
+  FROM (SELECT format('silo_move_%s', shard) AS name) n
+  LEFT JOIN pg_subscription s ON s.subname = n.name AND s.subdbid = (
+		SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+  LEFT JOIN pg_stat_subscription_stats st ON st.subid = s.oid
+$$;
+
+/*
+ * The target, having acquired the shard: node-local state catches up with
+ * the rows that arrived.  Enqueue order continues past every seq received
+ * (sequences do not replicate), lease marks and hints are dropped, and
+ * workers of the groups with due tasks are woken.  Then the shard is
+ * 'owned'.
+ */
+CREATE FUNCTION silo.move_target_acquired(shard integer, lo bigint, hi bigint)
+RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	f text := silo.shard_filter(lo, hi);
+	top bigint;
+	g text;
+BEGIN
+	EXECUTE format('SELECT greatest((SELECT max(seq) FROM silo.job_info WHERE %1$s),'
+				   ' (SELECT max(seq) FROM silo.task WHERE %1$s),'
+				   ' (SELECT max(seq) FROM silo.task_lease WHERE %1$s),'
+				   ' (SELECT max(seq) FROM silo.chain_task WHERE %1$s),'
+				   ' (SELECT max(seq) FROM silo.concurrency_request WHERE %1$s))', f)
+	   INTO top;
+	IF top IS NOT NULL AND top > (SELECT s.last_value FROM silo.job_seq s) THEN
+		PERFORM setval('silo.job_seq', top);
+	END IF;
+	PERFORM silo.shard_forget_hints();
+	FOR g IN EXECUTE format('SELECT DISTINCT task_group FROM silo.task WHERE due AND %s', f) LOOP
+		PERFORM pg_notify('silo_task_ready', g);
+	END LOOP;
+	RETURN silo.shard_state_set(shard, 'owned', 0, '', NULL);
+END
+$$;
+
+/* rows that are not the shard's (an aborted copy, a lost ownership) go */
+CREATE FUNCTION silo.shard_wipe(shard integer, lo bigint, hi bigint)
+RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM silo.shard_delete_rows(lo, hi);
+	DELETE FROM silo.shard_state s WHERE s.shard_id = shard;
+	RETURN 'gone';
+END
+$$;
+
+REVOKE ALL ON FUNCTION silo.shard_served(text), silo.shard_drain(integer, integer),
+	silo.shard_forget_hints(), silo.shard_tables(), silo.shard_columns(regclass),
+	silo.shard_filter(bigint, bigint),
+	silo.shard_state_set(integer, text, bigint, text, pg_lsn), silo.shard_setsums(bigint, bigint),
+	silo.shard_delete_rows(bigint, bigint),
+	silo.move_source_prepare(integer, bigint, text, bigint, bigint),
+	silo.move_source_cleanup(integer, bigint, bigint, boolean),
+	silo.move_target_prepare(integer, bigint, text, bigint, bigint),
+	silo.move_target_progress(integer), silo.move_target_acquired(integer, bigint, bigint),
+	silo.shard_wipe(integer, bigint, bigint) FROM PUBLIC;

@@ -36,6 +36,8 @@
 /* SL010: a report of the wrong kind (a job report on a refresh task, or
  * a refresh report on a job's task) */
 #define ERRCODE_SILO_WRONG_TASK_KIND		MAKE_SQLSTATE('S','L','0','1','0')
+/* SL011: silo.wait_result's timeout passed before the job ended */
+#define ERRCODE_SILO_WAIT_TIMEOUT			MAKE_SQLSTATE('S','L','0','1','1')
 
 /* SL020: cluster mode: the tenant's shard is owned by another node; the
  * DETAIL is a JSON object naming the owner (docs/cluster.md) */
@@ -43,5 +45,9 @@
 /* SL021: cluster mode: the tenant's shard cannot be served here right now
  * (paused for a move, being acquired, membership not proven); retry */
 #define ERRCODE_SILO_SHARD_UNAVAILABLE		MAKE_SQLSTATE('S','L','0','2','1')
+/* SL022: cluster mode, internal: a move's pause could not drain its shard
+ * within its bound (silo.shard_drain, called by the coordinator only); the
+ * move gives up and the shard is served again */
+#define ERRCODE_SILO_MOVE_GAVE_UP			MAKE_SQLSTATE('S','L','0','2','2')
 
 #endif							/* SILO_ERRCODES_H */

@@ -12,6 +12,10 @@
 #               test/isolation/specs/*.spec
 #   tap         prove -v over test/t/*.pl (PostgreSQL::Test::Cluster)
 #   layers      tools/check-layers.sh: calls between src/'s folders go down
+#   clients     the client libraries' own suites: clients/node/test/run.sh
+#               (node's test runner against a cluster of its own, the
+#               README example from a fresh npm install); the build step
+#               runs clients/node/build.sh (npm ci from the lock file, tsc)
 #
 # Each suite runs on its own, under a timeout, so one failing suite does not
 # hide the others.  The last line printed is always "N passed, N failed", and
@@ -20,9 +24,11 @@
 # Environment:
 #   SILO_TESTS          which suites or tests to run; words separated by
 #                       spaces or commas (default: all suites):
-#                         regress | isolation | tap | layers
+#                         regress | isolation | tap | layers | clients
 #                                                        a whole suite
 #                         regress:NAME  isolation:NAME   one test (glob ok)
+#                         clients:GLOB                   clients/node test
+#                                                        files (client.test.mjs)
 #                         tap:PATTERN or PATTERN         TAP files whose name
 #                                                        matches (010_crash,
 #                                                        t/0*.pl, ...)
@@ -78,7 +84,8 @@ stop_leftover_servers()
 	local pidfile
 	[ -n "$SCRATCH" ] && [ -d "$SCRATCH" ] || return 0
 	for pidfile in "$SCRATCH"/*/tmp_check/data/postmaster.pid \
-		"$SCRATCH"/tmp_check/t_*_data/pgdata/postmaster.pid; do
+		"$SCRATCH"/tmp_check/t_*_data/pgdata/postmaster.pid \
+		"$SCRATCH"/clients/*/data/postmaster.pid; do
 		[ -f "$pidfile" ] || continue
 		say "stopping leftover server in ${pidfile%/postmaster.pid}"
 		"${AS_USER[@]}" "$PGBIN/pg_ctl" -D "${pidfile%/postmaster.pid}" -m immediate -w -t 30 stop \
@@ -127,21 +134,23 @@ on_abort()
 # ---------------------------------------------------------------------------
 # Suite selection (SILO_TESTS)
 # ---------------------------------------------------------------------------
-want_regress=0 want_isolation=0 want_tap=0 want_layers=0
-regress_only=() isolation_only=() tap_patterns=()
+want_regress=0 want_isolation=0 want_tap=0 want_layers=0 want_clients=0
+regress_only=() isolation_only=() tap_patterns=() clients_only=
 
 parse_selection()
 {
 	local sel=${SILO_TESTS:-} word
 	sel=${sel//,/ }
 	if [ -z "${sel// /}" ] || [ "$sel" = all ]; then
-		want_regress=1 want_isolation=1 want_tap=1 want_layers=1
+		want_regress=1 want_isolation=1 want_tap=1 want_layers=1 want_clients=1
 		return
 	fi
 	for word in $sel; do
 		case $word in
-			all) want_regress=1 want_isolation=1 want_tap=1 want_layers=1 ;;
+			all) want_regress=1 want_isolation=1 want_tap=1 want_layers=1 want_clients=1 ;;
 			layers) want_layers=1 ;;
+			clients) want_clients=1 ;;
+			clients:*) want_clients=1 clients_only=${word#*:} ;;
 			regress) want_regress=1 ;;
 			isolation | iso) want_isolation=1 ;;
 			tap | prove) want_tap=1 ;;
@@ -422,6 +431,37 @@ suite_layers()
 	record layers "$pass" "$fail" 0
 }
 
+# suite_clients: the client libraries' suites, each of which starts and stops
+# its own cluster (in $SCRATCH/clients, where stop_leftover_servers finds it)
+# and ends with "clients: N passed, N failed".
+suite_clients()
+{
+	local log=$SCRATCH/clients.log rc pass=0 fail=0 line
+	header "clients (clients/node/test/run.sh)"
+	if [ "$clients_build_ok" != 1 ]; then
+		show_tail "$SCRATCH/clients-build.log" 60
+		say "clients: build ... FAILED"
+		record clients 0 1 0
+		return
+	fi
+	"${AS_USER[@]}" mkdir -p "$SCRATCH/clients"
+	run_logged "$log" "${AS_USER[@]}" env \
+		SILO_NODE_TMP="$SCRATCH/clients" \
+		${clients_only:+SILO_NODE_TESTS="$clients_only"} \
+		bash "$COPY/clients/node/test/run.sh"
+	rc=$?
+	stop_leftover_servers
+	line=$(grep -E '^clients: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
+	if [ -n "$line" ]; then
+		pass=${line#clients: }
+		pass=${pass%% *}
+		fail=${line#*passed, }
+		fail=${fail%% *}
+	fi
+	[ "$rc" -eq 124 ] && say "clients: timed out after ${SUITE_TIMEOUT}s"
+	record clients "$pass" "$fail" "$rc"
+}
+
 # ---------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------
@@ -454,6 +494,16 @@ if ! { make -C "$SRC" -j"$(nproc)" PG_CONFIG="$PG_CONFIG" &&
 fi
 say "ok"
 
+# The client libraries are built in the tree too (clients/node/dist, its
+# node_modules; both git-ignored), so that the copy carries them; a failure
+# here fails the clients suite only.
+clients_build_ok=0
+if [ "$want_clients" = 1 ]; then
+	if "$SRC/clients/node/build.sh" </dev/null >"$SCRATCH/clients-build.log" 2>&1; then
+		clients_build_ok=1
+	fi
+fi
+
 # The copy is what the suites see: writable by the test user, so results/,
 # output dirs and tmp_check land there, never in the source tree.
 if ! { mkdir -p "$COPY" &&
@@ -469,6 +519,7 @@ cd "$COPY" || { total_fail=1; finish; }
 [ "$want_regress" = 1 ] && suite_regress
 [ "$want_isolation" = 1 ] && suite_isolation
 [ "$want_tap" = 1 ] && suite_tap
+[ "$want_clients" = 1 ] && suite_clients
 
 stop_leftover_servers
 header "summary"

@@ -4,7 +4,9 @@
  *	  SQL entry points of cluster mode that every node answers, in
  *	  single-node mode too: silo.cluster_info (the shard map as this node
  *	  knows it), silo.node_info (this node), silo.shard_for_tenant and
- *	  silo.tenant_hash.
+ *	  silo.tenant_hash; and the functions moves use, which only the
+ *	  coordinator (a superuser) and the broker's passes call:
+ *	  silo.shard_served, silo.shard_drain, silo.shard_forget_hints.
  *
  *-------------------------------------------------------------------------
  */
@@ -12,11 +14,15 @@
 
 #include "utils/builtins.h"
 #include "utils/numeric.h"
+#include "utils/pg_lsn.h"
 
 PG_FUNCTION_INFO_V1(silo_cluster_info);
 PG_FUNCTION_INFO_V1(silo_node_info);
 PG_FUNCTION_INFO_V1(silo_shard_for_tenant);
 PG_FUNCTION_INFO_V1(silo_tenant_hash_sql);
+PG_FUNCTION_INFO_V1(silo_shard_served);
+PG_FUNCTION_INFO_V1(silo_shard_drain);
+PG_FUNCTION_INFO_V1(silo_shard_forget_hints);
 
 /*
  * cluster_int128_numeric: an int128 (a shard bound, up to 2^63) as a
@@ -48,12 +54,14 @@ cluster_int128_numeric(int128 v)
 static const char *
 cluster_state_name(const SiloShard *s)
 {
+	if (!s->local && s->move == SILO_MOVE_IN)
+		return "receiving";
 	if (!s->local)
 		return s->owner_node_id[0] ? "remote" : "unowned";
 	switch (s->state)
 	{
 		case SILO_SHARD_SERVING:
-			return "serving";
+			return s->move == SILO_MOVE_OUT ? "moving" : "serving";
 		case SILO_SHARD_PAUSED:
 			return "paused";
 		case SILO_SHARD_ACQUIRING:
@@ -180,4 +188,49 @@ silo_tenant_hash_sql(PG_FUNCTION_ARGS)
 	silo_require_arg(fcinfo, 0, "tenant");
 	t = PG_GETARG_TEXT_PP(0);
 	PG_RETURN_INT64(silo_tenant_hash(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t)));
+}
+
+/*
+ * silo_shard_served: SQL function silo.shard_served(tenant), the filter of
+ * the broker's passes in cluster mode: whether this node serves the
+ * tenant's shard right now (then the shard's lock is held in share mode
+ * until the transaction ends, as after the check of an entry point).
+ * Rows of shards it does not serve -- a copy arriving during a move, a
+ * copy left by one -- are not its to touch.  Always true in single-node
+ * mode.
+ */
+Datum
+silo_shard_served(PG_FUNCTION_ARGS)
+{
+	text	   *t = PG_GETARG_TEXT_PP(0);
+
+	PG_RETURN_BOOL(silo_cluster_serves_tenant(text_to_cstring(t)));
+}
+
+/*
+ * silo_shard_drain: SQL function silo.shard_drain(shard, timeout_ms), the
+ * wait of a move's pause (cluster/pause.c); the coordinator's, over its
+ * connection to this node.  Returns the WAL insert position after it.
+ */
+Datum
+silo_shard_drain(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_LSN(silo_cluster_drain(PG_GETARG_INT32(0), PG_GETARG_INT32(1)));
+}
+
+/*
+ * silo_shard_forget_hints: SQL function silo.shard_forget_hints(), part
+ * of taking a shard over from another node: the node-local state that
+ * speeds its paths up may not know of the rows that arrived.  The lease
+ * marks of this database are dropped (no mark is the lowest key, always
+ * safe), the floating-limit refresh hint is turned on, and the broker is
+ * woken at commit to look at the new rows.
+ */
+Datum
+silo_shard_forget_hints(PG_FUNCTION_ARGS)
+{
+	silo_mark_forget_database();
+	silo_set_refresh_hint(true);
+	silo_wake_broker_at_commit();
+	PG_RETURN_VOID();
 }

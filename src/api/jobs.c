@@ -3,19 +3,27 @@
  * jobs.c
  *	  SQL entry points on a whole job: silo.cancel, silo.restart,
  *	  silo.expedite, silo.delete_job and silo.job_result
- *	  (core/jobops.c).
+ *	  (core/jobops.c), and the procedure silo.wait_result (core/wait.c).
  *
  *-------------------------------------------------------------------------
  */
 #include "silo_api.h"
 
+#include "access/htup_details.h"
+#include "catalog/pg_proc.h"
+#include "nodes/parsenodes.h"
 #include "utils/builtins.h"
+#include "utils/syscache.h"
+
+/* the longest silo.wait_result waits in one call */
+#define WAIT_MAX_US		((int64) USECS_PER_DAY)
 
 PG_FUNCTION_INFO_V1(silo_cancel);
 PG_FUNCTION_INFO_V1(silo_restart);
 PG_FUNCTION_INFO_V1(silo_expedite);
 PG_FUNCTION_INFO_V1(silo_delete_job);
 PG_FUNCTION_INFO_V1(silo_job_result);
+PG_FUNCTION_INFO_V1(silo_wait_result);
 
 /*
  * job_args: the job_id and tenant arguments (0 and 1) every job operation
@@ -100,4 +108,87 @@ silo_job_result(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	silo_job_read_result((ReturnSetInfo *) fcinfo->resultinfo, tenant, id);
 	return (Datum) 0;
+}
+
+/*
+ * wait_timeout_arg: silo.wait_result's timeout (argument argno), in
+ * microseconds: more than zero and at most a day (22023), rounded up to
+ * a whole millisecond.  A month counts 30 days, as interval arithmetic
+ * does.
+ */
+static int64
+wait_timeout_arg(FunctionCallInfo fcinfo, int argno)
+{
+	Interval   *span;
+	double		us;
+
+	silo_require_arg(fcinfo, argno, "timeout");
+	span = PG_GETARG_INTERVAL_P(argno);
+	us = (double) span->time + (double) span->day * USECS_PER_DAY +
+		(double) span->month * DAYS_PER_MONTH * USECS_PER_DAY;
+	if (!(us > 0 && us <= (double) WAIT_MAX_US))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must be more than zero and at most 1 day"),
+				 errdetail("The value given is %s.",
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   IntervalPGetDatum(span)))),
+				 us > 0 ? errhint("Call silo.wait_result again to wait longer.") : 0));
+	return ((int64) us + 999) / 1000 * 1000;
+}
+
+/*
+ * wait_owner: the owner of the procedure being called, whose rights its
+ * looks at the job use (core/wait.c says why it is not SECURITY DEFINER).
+ */
+static Oid
+wait_owner(FunctionCallInfo fcinfo)
+{
+	HeapTuple	tuple;
+	Oid			owner;
+
+	tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for function %u", fcinfo->flinfo->fn_oid);
+	owner = ((Form_pg_proc) GETSTRUCT(tuple))->proowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
+/*
+ * silo_wait_result: SQL entry point, the procedure
+ * silo.wait_result(job_id, tenant, timeout, INOUT status, result,
+ * error_code, error_data, finished_at): wait for the job to end, then
+ * return silo.job_result's row as its INOUT parameters (what the call
+ * passes for them is ignored).  It commits while it waits, so it must be
+ * called where a procedure may commit: CALL in autocommit mode (25001
+ * inside a transaction block, or from a function).
+ */
+Datum
+silo_wait_result(PG_FUNCTION_ARGS)
+{
+	char	   *tenant;
+	char	   *id;
+	int64		timeout_us;
+	TupleDesc	tupdesc;
+	Datum		values[5];
+	bool		nulls[5];
+
+	id = silo_text_arg(fcinfo, 0, "job_id", 1, SILO_MAX_ID_LEN);
+	tenant = silo_text_arg(fcinfo, 1, "tenant", 1, SILO_MAX_TENANT_LEN);
+	timeout_us = wait_timeout_arg(fcinfo, 2);
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "silo: wait_result must return a record");
+	silo_api_begin("silo.wait_result", 0);
+	silo_wait_require_read_committed();
+	silo_api_tenant(tenant);
+	if (fcinfo->context == NULL || !IsA(fcinfo->context, CallContext) ||
+		((CallContext *) fcinfo->context)->atomic)
+		ereport(ERROR,
+				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+				 errmsg("silo.wait_result cannot run inside a transaction block"),
+				 errdetail("It commits while it waits, so that it holds no snapshot; inside a transaction block, a function or a procedure that cannot commit, it could not."),
+				 errhint("CALL it on its own in autocommit mode.")));
+	silo_job_wait_result(tenant, id, timeout_us, wait_owner(fcinfo), values, nulls);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
 }

@@ -30,7 +30,9 @@
  * A call that passed a shard's check holds the shard's lock (a
  * transaction-scoped lock in the advisory space, field4
  * SILO_LOCKTAG_SHARD) in share mode until it ends, so that a pause can
- * wait for every such transaction to end by taking the lock exclusively.
+ * wait for every such transaction to end by taking the lock exclusively
+ * (pause.c).  The pause publishes the shard as PAUSED first, and a call
+ * checks the state again once it holds the lock, so none slips past.
  *
  * Locking: the map is written under the tranche's LWLock in exclusive
  * mode (by the coordinator) and read under it in shared mode; the
@@ -206,6 +208,28 @@ silo_shard_of(const char *tenant, SiloShard *out)
 }
 
 /*
+ * silo_cluster_shard_by_id: a copy of shard id as the map has it now;
+ * false when there is no map or no such shard.  Cluster mode only.
+ */
+bool
+silo_cluster_shard_by_id(int id, SiloShard *out)
+{
+	bool		found = false;
+
+	if (cluster_shared == NULL || id < 0)
+		return false;
+	LWLockAcquire(cluster_shared->lock, LW_SHARED);
+	if (cluster_shared->configured && id < cluster_shared->nshards &&
+		cluster_shared->shards[id].id == id)
+	{
+		*out = cluster_shared->shards[id];
+		found = true;
+	}
+	LWLockRelease(cluster_shared->lock);
+	return found;
+}
+
+/*
  * cluster_owner_detail: the machine-readable DETAIL of a NOT_OWNER error:
  * a JSON object with the shard and its owner.
  */
@@ -242,6 +266,22 @@ cluster_unavailable(const char *tenant, const SiloShard *s, const char *why)
 					tenant),
 			 errdetail("%s", why),
 			 errhint("Retry in a moment; the call wrote nothing.")));
+}
+
+/*
+ * cluster_still_serving: after a call took shard id's lock in share mode,
+ * whether the shard is still served here.  A pause publishes the shard as
+ * PAUSED before it waits for the lock exclusively, so a call that read
+ * SERVING but got the lock only after the pause's wait sees the pause
+ * here and gives up instead of running past it.
+ */
+static bool
+cluster_still_serving(int id)
+{
+	SiloShard	s;
+
+	return silo_cluster_shard_by_id(id, &s) && s.local && s.state == SILO_SHARD_SERVING &&
+		silo_monotonic_us() < pg_atomic_read_u64(&cluster_shared->serve_until);
 }
 
 /*
@@ -284,6 +324,9 @@ silo_cluster_check_tenant(const char *tenant)
 							"This node cannot prove its cluster membership right now (etcd unreachable, or its lease lost).");
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) s.id, 0, SILO_LOCKTAG_SHARD);
 	(void) LockAcquire(&tag, ShareLock, false, false);
+	/* a pause may have begun while this call waited for the lock */
+	if (!cluster_still_serving(s.id))
+		cluster_unavailable(tenant, &s, "The shard is paused while it moves to another node.");
 }
 
 /*
@@ -305,7 +348,8 @@ silo_cluster_serves_tenant(const char *tenant)
 		return false;
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) s.id, 0, SILO_LOCKTAG_SHARD);
 	(void) LockAcquire(&tag, ShareLock, false, false);
-	return true;
+	/* the lock stays until the transaction ends either way: harmless */
+	return cluster_still_serving(s.id);
 }
 
 /*

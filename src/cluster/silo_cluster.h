@@ -8,8 +8,9 @@
  *	  and util/ (src/README.md has the layers).
  *
  *	  setsum.c: a composable multiset checksum, used to check that a
- *	  shard's rows arrived whole on another node.  Later: the shard map and
- *	  the ownership check.
+ *	  shard's rows arrived whole on another node.  shardmap.c: the shard
+ *	  map in shared memory and the ownership check.  pause.c: the wait of a
+ *	  move's pause for the transactions that passed the check.
  *
  *-------------------------------------------------------------------------
  */
@@ -18,6 +19,7 @@
 
 #include "silo_util.h"
 
+#include "access/xlogdefs.h"
 #include "fmgr.h"
 
 /*
@@ -84,6 +86,14 @@ typedef enum SiloShardState
 	SILO_SHARD_PAUSED			/* owned, paused for a move */
 } SiloShardState;
 
+/* A move this node takes part in, for the views (the coordinator's). */
+typedef enum SiloShardMove
+{
+	SILO_MOVE_NONE,
+	SILO_MOVE_OUT,				/* this node is the source: its rows are copied */
+	SILO_MOVE_IN				/* this node is the target: rows are arriving */
+} SiloShardMove;
+
 typedef struct SiloShard
 {
 	int32		id;
@@ -92,6 +102,7 @@ typedef struct SiloShard
 	bool		end_is_max;		/* the range ends at 2^63 (the last shard) */
 	bool		local;			/* owned by this node */
 	uint8		state;			/* SiloShardState, when local */
+	uint8		move;			/* SiloShardMove */
 	char		owner_node_id[SILO_NODE_ID_LEN];	/* "" when unowned */
 	char		owner_conninfo[SILO_CONNINFO_LEN];
 } SiloShard;
@@ -118,5 +129,14 @@ extern int	silo_cluster_snapshot(SiloShard *out, bool *member, bool *serving);
 extern void silo_cluster_publish(const SiloShard *shards, int n, bool member);
 extern void silo_cluster_serve_until(uint64 until_us);
 extern void silo_cluster_set_coordinator(int pid);
+extern bool silo_cluster_shard_by_id(int id, SiloShard *out);
+
+/* pause.c: the wait of a move's pause, and the broker's filter */
+extern int	silo_move_drain_timeout_ms;
+extern int	silo_move_pause_limit_ms;
+extern bool silo_draining;
+extern int	silo_max_moves_in;
+extern char *silo_test_move_pause_at;
+extern XLogRecPtr silo_cluster_drain(int shard, int timeout_ms);
 
 #endif							/* SILO_CLUSTER_H */

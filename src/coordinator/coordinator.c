@@ -87,6 +87,8 @@ coord_on_exit(int code, Datum arg)
 	silo_cluster_serve_until(0);
 	if (cs != NULL && cs->lease_id != 0 && cs->client != NULL && PostmasterIsAlive())
 		coord_membership_revoke(cs);
+	if (cs != NULL && cs->moves != NULL)
+		coord_sql_close(cs);
 	silo_cluster_set_coordinator(0);
 }
 
@@ -206,6 +208,10 @@ coord_step(CoordState *cs)
 		coord_watch_check_fresh(cs);
 	if (cs->reconcile && silo_monotonic_us() >= cs->next_reconcile_us)
 		(void) coord_owners_reconcile(cs);
+	if (cs->registered && !cs->member_gone && cs->synced && !ShutdownRequestPending)
+		coord_moves_step(cs);
+	else
+		coord_sql_poll(cs);
 	if (cs->dirty)
 		coord_publish(cs);
 }
@@ -232,6 +238,9 @@ coord_wait_ms(CoordState *cs)
 		next = Min(next, cs->next_fresh_us);
 	if (cs->reconcile)
 		next = Min(next, cs->next_reconcile_us);
+	/* a move under way: look again soon (a pause is short) */
+	if (coord_moves_busy(cs))
+		cap = Min(cap, 5);
 	if (!cs->version_ok)
 		next = Min(next, cs->next_version_us);
 	if (next <= now)
@@ -247,10 +256,28 @@ static void
 coord_reload(CoordState *cs)
 {
 	const char *conninfo;
+	const char *repl;
 
 	ConfigReloadPending = false;
 	ProcessConfigFile(PGC_SIGHUP);
 	conninfo = silo_advertise_conninfo ? silo_advertise_conninfo : "";
+	repl = silo_replication_conninfo && silo_replication_conninfo[0]
+		? silo_replication_conninfo : conninfo;
+	/* what peers replicate from, and whether this node is leaving */
+	if (strncmp(repl, cs->repl_conninfo, sizeof(cs->repl_conninfo) - 1) != 0 ||
+		cs->draining != silo_draining)
+	{
+		strlcpy(cs->repl_conninfo, repl, sizeof(cs->repl_conninfo));
+		if (cs->draining != silo_draining)
+			ereport(LOG,
+					(errmsg("silo coordinator: node \"%s\" %s", silo_node_id,
+							silo_draining ? "is draining: placement moves its shards away"
+							: "no longer drains")));
+		cs->draining = silo_draining;
+		cs->member_value_stale = cs->registered;
+		cs->reconcile = true;
+		cs->next_reconcile_us = 0;
+	}
 	if (strncmp(conninfo, cs->conninfo, sizeof(cs->conninfo) - 1) == 0)
 		return;
 	strlcpy(cs->conninfo, conninfo, sizeof(cs->conninfo));
@@ -311,6 +338,7 @@ silo_coordinator_main(Datum main_arg)
 	coord_keys(cs);
 	coord_view_init(cs);
 	coord_membership_init(cs);
+	coord_moves_init(cs);
 	coord_client(cs);
 	ereport(LOG,
 			(errmsg("silo coordinator started: node \"%s\", etcd %s, prefix \"%s\", lease TTL %d s (keepalive every %d ms, margin %d ms)",

@@ -73,10 +73,15 @@ coord_now_iso(char *buf, size_t size)
 char *
 coord_member_value(const CoordState *cs)
 {
-	const char *const names[] = {"node_id", "conninfo", "started_at", "incarnation"};
-	const char *const values[] = {silo_node_id, cs->conninfo, cs->started_at, cs->incarnation};
+	const char *const names[] = {
+		"node_id", "conninfo", "started_at", "incarnation", "replication_conninfo", "draining"
+	};
+	const char *const values[] = {
+		silo_node_id, cs->conninfo, cs->started_at, cs->incarnation, cs->repl_conninfo,
+		cs->draining ? "true" : "false"
+	};
 
-	return json_flat(4, names, values);
+	return json_flat(6, names, values);
 }
 
 /*
@@ -223,13 +228,17 @@ json_parse_flat(const char *json, size_t len, int n, const char *const names[], 
 bool
 coord_parse_member(const char *json, size_t len, CoordMember *out)
 {
-	const char *const names[] = {"node_id", "conninfo"};
-	char	   *values[2];
+	const char *const names[] = {"node_id", "conninfo", "replication_conninfo", "draining"};
+	char	   *values[4];
 
-	if (!json_parse_flat(json, len, 2, names, values) || values[0] == NULL)
+	if (!json_parse_flat(json, len, 4, names, values) || values[0] == NULL)
 		return false;
 	strlcpy(out->node_id, values[0], sizeof(out->node_id));
 	strlcpy(out->conninfo, values[1] ? values[1] : "", sizeof(out->conninfo));
+	/* a member of an older version: replicate over its advertised conninfo */
+	strlcpy(out->repl_conninfo, values[2] && values[2][0] ? values[2] : out->conninfo,
+			sizeof(out->repl_conninfo));
+	out->draining = values[3] != NULL && strcmp(values[3], "true") == 0;
 	return true;
 }
 
@@ -249,6 +258,55 @@ coord_parse_owner(const char *json, size_t len, CoordOwner *out)
 	strlcpy(out->conninfo, values[1] ? values[1] : "", sizeof(out->conninfo));
 	strlcpy(out->acquired_at, values[2] ? values[2] : "", sizeof(out->acquired_at));
 	return true;
+}
+
+/*
+ * coord_move_value: the value of shard's move record: a flat object of
+ * strings (docs/cluster.md, "Moving a shard").
+ */
+char *
+coord_move_value(const CoordMove *m, int shard)
+{
+	const char *const names[] = {
+		"shard", "phase", "source", "target", "source_conninfo", "lsn", "setsums", "reason",
+		"created_at", "paused_at"
+	};
+	const char *const values[] = {
+		psprintf("%d", shard), coord_move_phase_name(m->phase), m->source, m->target,
+		m->source_conninfo, m->lsn, m->setsums ? m->setsums : "", m->reason, m->created_at,
+		m->paused_at
+	};
+
+	return json_flat(10, names, values);
+}
+
+/*
+ * coord_parse_move: a move record's value into out (setsums palloc'd in
+ * the current context); false when it is not one (no readable phase, no
+ * source or target).
+ */
+bool
+coord_parse_move(const char *json, size_t len, CoordMove *out)
+{
+	const char *const names[] = {
+		"phase", "source", "target", "source_conninfo", "lsn", "setsums", "reason", "created_at",
+		"paused_at"
+	};
+	char	   *values[9];
+
+	if (!json_parse_flat(json, len, 9, names, values) || values[0] == NULL ||
+		values[1] == NULL || values[2] == NULL)
+		return false;
+	out->phase = coord_move_phase_of(values[0]);
+	strlcpy(out->source, values[1], sizeof(out->source));
+	strlcpy(out->target, values[2], sizeof(out->target));
+	strlcpy(out->source_conninfo, values[3] ? values[3] : "", sizeof(out->source_conninfo));
+	strlcpy(out->lsn, values[4] ? values[4] : "", sizeof(out->lsn));
+	out->setsums = values[5] && values[5][0] ? values[5] : NULL;
+	strlcpy(out->reason, values[6] ? values[6] : "", sizeof(out->reason));
+	strlcpy(out->created_at, values[7] ? values[7] : "", sizeof(out->created_at));
+	strlcpy(out->paused_at, values[8] ? values[8] : "", sizeof(out->paused_at));
+	return out->phase != MOVE_NONE && out->source[0] && out->target[0];
 }
 
 /* what the shard map parser collects */

@@ -178,7 +178,8 @@ owner_write(CoordState *cs, int shard, bool acquire)
 
 /*
  * coord_owner_release: give shard up: delete its owner key if it still
- * carries this process's token.  (Nothing releases yet: moves will.)
+ * carries this process's token.  (Moves release in the txn that moves
+ * their record on: move_source.c.)
  */
 bool
 coord_owner_release(CoordState *cs, int shard)
@@ -225,14 +226,17 @@ coord_owner_release(CoordState *cs, int shard)
  * coord_owners_reconcile: make the owner keys agree with what this node
  * should hold: re-stamp the keys naming it that do not carry its token (or
  * its current conninfo), acquire the unowned shards placement gives it,
- * and say (once per change) when placement gives it a shard another node
- * owns: owned shards do not move.  Stops early to keep the lease alive or
- * when etcd fails; returns true when it went through every shard.
+ * and request a move of each shard placement gives it that another live
+ * member owns (moves.c; said once per change).  Stops early to keep the
+ * lease alive or when etcd fails; returns true when it went through every
+ * shard.  A shard left waiting (stale rows being wiped, a move deferred)
+ * brings the reconciliation back a little later.
  */
 bool
 coord_owners_reconcile(CoordState *cs)
 {
 	int			s;
+	bool		again = false;
 
 	if (!cs->registered || cs->member_gone || !cs->synced || !cs->map_known)
 		return true;
@@ -254,24 +258,42 @@ coord_owners_reconcile(CoordState *cs)
 		}
 		placed = coord_placement_owner(cs, s);
 		placed_me = placed != NULL && strcmp(placed->node_id, silo_node_id) == 0;
-		if (!o->present && placed_me)
+		if (!o->present && placed_me && !cs->moves[s].present)
 		{
-			if (!owner_write(cs, s, true))
+			/* stale rows of the shard go first (moves.c) */
+			if (!coord_move_ready_to_acquire(cs, s))
+				again = true;
+			else if (!owner_write(cs, s, true))
 				return false;
+			else if (coord_owner_is_me(o))
+				coord_move_acquired_plainly(cs, s);
 		}
 		else if (o->present && placed_me)
 		{
+			const CoordMember *source = coord_view_member(cs, o->node_id);
+
 			if (!cs->placement_logged[s])
 				ereport(LOG,
 						(errmsg("silo coordinator: placement gives shard %d to node \"%s\", but node \"%s\" owns it",
 								s, silo_node_id, o->node_id),
-						 errdetail("Owned shards do not move yet: a move needs the shard's rows.")));
+						 errdetail("%s", source != NULL && silo_max_moves_in > 0
+								   ? "The shard moves here with its rows."
+								   : "It stays there: its owner is not a member, or silo.max_moves_in is 0.")));
 			cs->placement_logged[s] = true;
+			/* only a live owner is a move's source */
+			if (source != NULL && !cs->moves[s].present)
+			{
+				if (!coord_move_request(cs, s, source))
+					return false;
+				again |= !cs->moves[s].present;
+			}
 		}
 		else
 			cs->placement_logged[s] = false;
 	}
-	cs->reconcile = false;
+	cs->reconcile = again;
+	if (again)
+		cs->next_reconcile_us = silo_monotonic_us() + 200 * 1000;
 	return true;
 }
 
@@ -307,6 +329,8 @@ coord_publish(CoordState *cs)
 							cs->tokens[s] == o->mod_revision)
 				? SILO_SHARD_SERVING : SILO_SHARD_ACQUIRING;
 		}
+		/* a move's pause, rows not ready to serve, and moves for the views */
+		coord_move_publish_state(cs, s, &out[s]);
 	}
 	silo_cluster_publish(out, n, cs->registered);
 	pfree(out);

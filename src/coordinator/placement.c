@@ -10,7 +10,9 @@
  * "<node_id>:<S>" with seed 0 (PostgreSQL's common/hashfn.h), read as an
  * unsigned 64-bit number; the highest weight wins, ties going to the
  * smaller node id (strcmp).  A join or a leave moves only the shards whose
- * winner joined or left.  Placement only proposes: the owner keys decide
+ * winner joined or left.  A member that is draining (silo.draining: it is
+ * leaving) takes part in nothing while any member does not drain, so its
+ * shards move away before it goes.  Placement only proposes: the owner keys decide
  * (docs/cluster.md).
  *
  * Like the tenant hash, hash_bytes_extended reads bytes in native order,
@@ -38,19 +40,26 @@ coord_placement_weight(const char *node_id, int shard)
 
 /*
  * coord_placement_owner: the live member placement gives shard to, or
- * NULL when there is no live member.
+ * NULL when there is no live member (draining members only when all are).
  */
 const CoordMember *
 coord_placement_owner(const CoordState *cs, int shard)
 {
 	const CoordMember *best = NULL;
 	uint64		best_weight = 0;
+	bool		all_draining = true;
 	int			i;
 
+	for (i = 0; i < cs->nmembers; i++)
+		all_draining &= cs->members[i].draining;
 	for (i = 0; i < cs->nmembers; i++)
 	{
 		const CoordMember *m = &cs->members[i];
 		uint64		w = coord_placement_weight(m->node_id, shard);
+
+		/* a draining member gets nothing, unless every member drains */
+		if (m->draining && !all_draining)
+			continue;
 
 		if (best == NULL || w > best_weight ||
 			(w == best_weight && strcmp(m->node_id, best->node_id) < 0))

@@ -25,8 +25,16 @@
  *	  owners.c		acquiring, re-stamping and releasing owner keys, the
  *					reconciliation of placement with the owners, the
  *					publication into shared memory
- *	  placement.c	rendezvous hashing over the live members
- *	  json.c		the values of member, owner and shard map keys
+ *	  placement.c	rendezvous hashing over the live members (draining
+ *					members excluded)
+ *	  moves.c		a shard's move: its record in etcd, the phases' txns,
+ *					the target's request, what the views show
+ *	  move_source.c	the source's side of a move: publish, pause, drain,
+ *					release, clean up
+ *	  move_target.c	the target's side: wipe, subscribe, verify, acquire
+ *	  moves_sql.c	the connection to this node the moves run SQL over
+ *					(libpq, asynchronous), and silo.shard_state's mirror
+ *	  json.c		the values of member, owner, move and shard map keys
  *
  *-------------------------------------------------------------------------
  */
@@ -56,9 +64,120 @@ typedef struct CoordMember
 {
 	char		node_id[SILO_NODE_ID_LEN];
 	char		conninfo[SILO_CONNINFO_LEN];
+	char		repl_conninfo[SILO_CONNINFO_LEN];	/* how to replicate from it */
+	bool		draining;		/* leaving: placement gives it nothing */
 	int64		lease;
 	int64		mod_revision;
 } CoordMember;
+
+/* the phases of a move record P/coord/moves/<id> (moves.c), in order */
+typedef enum CoordMovePhase
+{
+	MOVE_NONE = 0,				/* no record, or an unreadable one */
+	MOVE_REQUESTED,
+	MOVE_PUBLISHED,
+	MOVE_COPYING,
+	MOVE_SYNCED,
+	MOVE_DRAINED,
+	MOVE_VERIFIED,
+	MOVE_RELEASED,
+	MOVE_ACQUIRED,
+	MOVE_ABORTED
+} CoordMovePhase;
+
+/* a shard's move record, as last read */
+typedef struct CoordMove
+{
+	bool		present;
+	CoordMovePhase phase;
+	int64		create_revision;	/* the move's id */
+	int64		mod_revision;
+	char		source[SILO_NODE_ID_LEN];
+	char		target[SILO_NODE_ID_LEN];
+	char		source_conninfo[SILO_CONNINFO_LEN]; /* the source's replication conninfo */
+	char		lsn[32];		/* the source's final LSN, from drained on */
+	char		reason[256];	/* why it was aborted */
+	char		created_at[40];
+	char		paused_at[40];	/* the source's wall clock at the pause */
+	char	   *setsums;		/* the source's, from drained on (cs->cxt) */
+} CoordMove;
+
+/* this node's row of silo.shard_state, mirrored (moves_sql.c) */
+typedef enum CoordLocalState
+{
+	LOCAL_NONE = 0,
+	LOCAL_OWNED,
+	LOCAL_SENDING,
+	LOCAL_PAUSED,
+	LOCAL_RELEASED,
+	LOCAL_RECEIVING,
+	LOCAL_RECEIVED,
+	LOCAL_STALE
+} CoordLocalState;
+
+typedef struct CoordLocal
+{
+	CoordLocalState state;
+	int64		move_id;
+} CoordLocal;
+
+/* what this node is doing about a shard's move right now (not durable) */
+typedef struct CoordMoveRun
+{
+	int64		move_id;		/* the move step belongs to */
+	int			step;			/* how far this node's side got in the phase */
+	bool		paused;			/* the source paused the shard in shared memory */
+	uint64		paused_at_us;
+	uint64		next_poll_us;
+	uint64		not_before_us;	/* the target waits after a move gave up */
+	int			backoff_ms;
+	uint64		peer_gone_us;	/* when the peer was first seen not a member */
+	bool		hold_logged;
+	bool		logged;			/* a once-per-move message */
+	char		lsn[32];
+	char		paused_at[40];	/* wall clock, for the record */
+	char	   *setsums;		/* the source's own, during the pause */
+} CoordMoveRun;
+
+/* what a move's statement is for (CoordSql.tag), per shard */
+typedef enum CoordSqlTag
+{
+	SQL_WIPE = 1,				/* silo.shard_wipe */
+	SQL_OWNED,					/* silo.shard_state_set(..., 'owned') */
+	SQL_SRC_PREPARE,
+	SQL_SRC_LAG,
+	SQL_SRC_DRAIN,
+	SQL_SRC_PAUSED,
+	SQL_SRC_SETSUMS,
+	SQL_SRC_FLUSHED,
+	SQL_SRC_RELEASED,
+	SQL_SRC_CLEANUP,
+	SQL_TGT_UNSUBSCRIBE,
+	SQL_TGT_PREPARE,
+	SQL_TGT_SUBSCRIBE,
+	SQL_TGT_PROGRESS,
+	SQL_TGT_SETSUMS,
+	SQL_TGT_RECEIVED,
+	SQL_TGT_ACQUIRED
+} CoordSqlTag;
+
+/* the statement in flight on the connection to this node (moves_sql.c) */
+typedef struct CoordSql
+{
+	struct pg_conn *conn;
+	uint64		next_connect_us;
+	bool		connect_failing;
+	bool		busy;			/* a statement was sent */
+	bool		done;			/* its result waits to be taken */
+	int			shard;			/* whose step sent it */
+	int			tag;
+	int64		move_id;
+	bool		ok;
+	char	   *value;			/* first column of the first row, or NULL */
+	char	   *error;
+	uint64		sent_us;		/* when sent; once done, when it ended */
+	int			unclaimed;		/* its result was seen untaken */
+} CoordSql;
 
 /* a shard's owner key P/coord/shards/<id>/owner, as last read */
 typedef struct CoordOwner
@@ -129,6 +248,16 @@ typedef struct CoordState
 	uint64		next_fresh_us;
 	bool		fresh_suspect;	/* the last freshness check disagreed */
 
+	/* moves (moves*.c) */
+	char	   *move_prefix;	/* "P/coord/moves/" */
+	CoordMove  *moves;			/* [SILO_MAX_SHARDS] */
+	CoordMoveRun *runs;			/* [SILO_MAX_SHARDS] */
+	CoordLocal *local;			/* [SILO_MAX_SHARDS]: silo.shard_state */
+	bool		local_loaded;
+	CoordSql	sql;
+	char		repl_conninfo[SILO_CONNINFO_LEN];	/* what peers replicate from */
+	bool		draining;		/* silo.draining, as advertised */
+
 	/* work for the loop */
 	bool		dirty;			/* publish to shared memory */
 	bool		reconcile;		/* run the reconciliation */
@@ -167,6 +296,32 @@ extern bool coord_owner_release(CoordState *cs, int shard);
 extern void coord_publish(CoordState *cs);
 extern bool coord_owner_is_me(const CoordOwner *o);
 
+/* moves.c, move_source.c, move_target.c, moves_sql.c */
+extern const char *coord_move_phase_name(CoordMovePhase phase);
+extern CoordMovePhase coord_move_phase_of(const char *name);
+extern void coord_moves_init(CoordState *cs);
+extern void coord_moves_step(CoordState *cs);
+extern bool coord_moves_busy(CoordState *cs);
+extern void coord_move_store(CoordState *cs, int shard, const EtcdKeyValue *kv, bool deleted);
+extern bool coord_move_request(CoordState *cs, int shard, const CoordMember *source);
+extern bool coord_move_ready_to_acquire(CoordState *cs, int shard);
+extern void coord_move_acquired_plainly(CoordState *cs, int shard);
+extern void coord_move_publish_state(CoordState *cs, int shard, SiloShard *out);
+extern bool coord_move_txn(CoordState *cs, int shard, CoordMovePhase phase, const char *why,
+						   EtcdCompare *cmp, int ncmp, EtcdOp *ops, int nops, int64 *revision);
+extern bool coord_move_held(CoordState *cs, int shard, CoordMovePhase phase);
+extern void coord_move_bounds(CoordState *cs, int shard, char *lo, char *hi);
+extern void coord_move_source(CoordState *cs, int shard);
+extern void coord_move_target(CoordState *cs, int shard);
+extern void coord_sql_poll(CoordState *cs);
+extern bool coord_sql_send(CoordState *cs, int shard, int tag, const char *sql);
+extern bool coord_sql_take(CoordState *cs, int shard, int tag, bool *ok, char **value);
+extern bool coord_sql_pending(CoordState *cs, int shard);
+extern bool coord_local_load(CoordState *cs);
+extern CoordLocalState coord_local_state_of(const char *name);
+extern void coord_sql_close(CoordState *cs);
+extern void coord_sql_discard_unclaimed(CoordState *cs);
+
 /* placement.c */
 extern uint64 coord_placement_weight(const char *node_id, int shard);
 extern const CoordMember *coord_placement_owner(const CoordState *cs, int shard);
@@ -177,6 +332,8 @@ extern char *coord_owner_value(const CoordState *cs, const char *acquired_at);
 extern bool coord_parse_member(const char *json, size_t len, CoordMember *out);
 extern bool coord_parse_owner(const char *json, size_t len, CoordOwner *out);
 extern char *coord_map_value(int n);
+extern char *coord_move_value(const CoordMove *m, int shard);
+extern bool coord_parse_move(const char *json, size_t len, CoordMove *out);
 extern bool coord_parse_map(const char *json, size_t len, SiloShard *shards, int *n,
 							char **why);
 extern void coord_now_iso(char *buf, size_t size);

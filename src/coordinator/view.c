@@ -24,6 +24,7 @@ typedef enum CoordKeyKind
 	KEY_OTHER,
 	KEY_MEMBER,
 	KEY_OWNER,
+	KEY_MOVE,
 	KEY_MAP
 } CoordKeyKind;
 
@@ -63,6 +64,25 @@ view_classify(CoordState *cs, const char *key, size_t len, char *node_id, int *s
 		memcpy(node_id, key + mp, len - mp);
 		node_id[len - mp] = '\0';
 		return KEY_MEMBER;
+	}
+	if (len > strlen(cs->move_prefix) && memcmp(key, cs->move_prefix, strlen(cs->move_prefix)) == 0)
+	{
+		const char *p = key + strlen(cs->move_prefix);
+		const char *end = key + len;
+		int			id = 0;
+		int			digits = 0;
+
+		while (p < end && *p >= '0' && *p <= '9' && digits < 5)
+		{
+			id = id * 10 + (*p++ - '0');
+			digits++;
+		}
+		if (digits > 0 && p == end && id < SILO_MAX_SHARDS)
+		{
+			*shard = id;
+			return KEY_MOVE;
+		}
+		return KEY_OTHER;
 	}
 	if (len > sp && memcmp(key, cs->shard_prefix, sp) == 0)
 	{
@@ -234,6 +254,9 @@ view_store(CoordState *cs, const EtcdKeyValue *kv, bool deleted, char *node_id, 
 		case KEY_OWNER:
 			view_store_owner(cs, *shard, kv, deleted);
 			break;
+		case KEY_MOVE:
+			coord_move_store(cs, *shard, kv, deleted);
+			break;
 		case KEY_MAP:
 			if (deleted)
 			{
@@ -334,6 +357,10 @@ coord_view_apply_kv(CoordState *cs, const EtcdKeyValue *kv, bool deleted)
 			cs->reconcile = true;
 			cs->dirty = true;
 			break;
+		case KEY_MOVE:
+			cs->reconcile = true;
+			cs->dirty = true;
+			break;
 		case KEY_MAP:
 			view_check_tokens(cs);
 			cs->reconcile = true;
@@ -429,6 +456,9 @@ coord_view_resync(CoordState *cs)
 	/* the map is kept unless the read has a valid one */
 	cs->nmembers = 0;
 	memset(cs->owners, 0, sizeof(CoordOwner) * SILO_MAX_SHARDS);
+	for (i = 0; i < SILO_MAX_SHARDS; i++)
+		if (cs->moves[i].present)
+			coord_move_store(cs, (int) i, NULL, true);
 	cs->map_mod_revision = 0;
 	for (i = 0; i < res.n_kvs; i++)
 	{
@@ -507,6 +537,8 @@ coord_view_matches(CoordState *cs, const EtcdRangeResult *keys)
 	int			members = 0;
 	int			owners = 0;
 	int			owners_known = 0;
+	int			moves = 0;
+	int			moves_known = 0;
 	bool		map = false;
 	size_t		i;
 
@@ -531,6 +563,12 @@ coord_view_matches(CoordState *cs, const EtcdRangeResult *keys)
 					return false;
 				owners++;
 				break;
+			case KEY_MOVE:
+				if (!cs->moves[shard].present ||
+					cs->moves[shard].mod_revision != kv->mod_revision)
+					return false;
+				moves++;
+				break;
 			case KEY_MAP:
 				if (cs->map_mod_revision != kv->mod_revision)
 					return false;
@@ -541,8 +579,12 @@ coord_view_matches(CoordState *cs, const EtcdRangeResult *keys)
 		}
 	}
 	for (i = 0; i < SILO_MAX_SHARDS; i++)
+	{
 		if (cs->owners[i].present)
 			owners_known++;
-	return members == cs->nmembers && owners == owners_known &&
+		if (cs->moves[i].present)
+			moves_known++;
+	}
+	return members == cs->nmembers && owners == owners_known && moves == moves_known &&
 		map == (cs->map_mod_revision != 0);
 }

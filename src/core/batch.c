@@ -8,13 +8,14 @@
  * start-up per task.  complete_many does the same transition for every
  * task of a batch in one call, with no SQL (direct.c): per task the lease
  * row is deleted (the delete is the lock, as for a single report), the
- * attempt row inserted, the job_status row ended (a HOT update) and the
- * job's 0x03 row moved (statusindex.c), each row found by the hint the
- * row before it carries, else by its key; the leases are looked up by
- * walking their index in task-id order.  Jobs with limits then free their
- * slots, in the same transaction, set-wise (silo_limits_release_many: the
- * batch's keys locked in one pass, then its holder rows deleted and its
- * keys probed for waiters; only keys with waiters are granted).
+ * attempt row inserted, the job_status row ended (a HOT update), the
+ * job's 0x03 row moved (statusindex.c) and its waiters told
+ * (ipc/waiters.c), each row found by the hint the row before it carries,
+ * else by its key; the leases are looked up by walking their index in
+ * task-id order.  Jobs with limits then free their slots, in the same
+ * transaction, set-wise (silo_limits_release_many: the batch's keys
+ * locked in one pass, then its holder rows deleted and its keys probed
+ * for waiters; only keys with waiters are granted).
  *
  * A task whose lease is gone, has expired or belongs to another worker is
  * skipped: that is a race a worker must expect (the sweep ended the
@@ -187,6 +188,7 @@ batch_end_status(SiloDirect *d, SiloTable *status, SiloTable *idx, Datum tenant,
 			case TM_Ok:
 				silo_status_index_move_in(idx, tenant, job_id, CStringGetTextDatum("Pending"),
 										  old_at, old_hint, old_hint_null, values[0], now);
+				silo_wait_job_ended_text(tenant, job_id);
 				return true;
 			case TM_Updated:
 				silo_direct_new_snapshot(d);

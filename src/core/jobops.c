@@ -2,7 +2,9 @@
  *
  * jobops.c
  *	  Operations on a whole job: the work of silo.cancel, silo.restart,
- *	  silo.expedite, silo.delete_job and silo.job_result.
+ *	  silo.expedite, silo.delete_job, silo.job_result and the looks of
+ *	  silo.wait_result (wait.c).  A cancel that ends the job and a delete
+ *	  tell the job's waiters (ipc/waiters.c).
  *
  * Each locks the job's status row first (FOR UPDATE), so it serializes
  * with reports and with other job operations on the same job; allowed
@@ -263,6 +265,7 @@ silo_job_cancel(const char *tenant, const char *id, const char *fn)
 			silo_status_index_move(TextDatumGetCString(values[0]),
 								   TextDatumGetCString(values[1]),
 								   st.status, st.changed_at, "Cancelled", now);
+			silo_wait_job_ended(tenant, id);
 		}
 		else if (!jobops_task_leased(st.task_id))
 		{
@@ -478,7 +481,32 @@ silo_job_delete(const char *tenant, const char *id)
 				 errmsg("job \"%s\" of tenant \"%s\" has no status index entry",
 						TextDatumGetCString(values[1]), TextDatumGetCString(values[0]))));
 	silo_spi_finish();
+	silo_wait_job_ended(tenant, id);
 	return true;
+}
+
+/*
+ * jobops_fetch_result: read the outcome of job (tenant, id) in key, as
+ * the five columns of silo.job_result, and return its status (the first
+ * column).  SL003 when there is no such job.  SPI must be connected.
+ */
+static char *
+jobops_fetch_result(Datum *key)
+{
+	static SPIPlanPtr plan = NULL;
+
+	silo_exec(&plan,
+			  "SELECT s.status, CASE WHEN s.status = 'Succeeded' THEN a.result END,"
+			  "  CASE WHEN a.finished_at = s.changed_at THEN a.error_code END,"
+			  "  CASE WHEN a.finished_at = s.changed_at THEN a.error_data END, s.changed_at"
+			  "  FROM silo.job_status s"
+			  "  LEFT JOIN LATERAL (SELECT * FROM silo.attempt a WHERE a.tenant = s.tenant"
+			  "     AND a.job_id = s.id ORDER BY a.attempt DESC LIMIT 1) a ON true"
+			  " WHERE s.tenant = $1 AND s.id = $2",
+			  2, jobops_key_types, key, NULL, true, 0);
+	if (SPI_processed == 0)
+		jobops_not_found(key);
+	return silo_col_text(0, 1);
 }
 
 /*
@@ -489,35 +517,58 @@ silo_job_delete(const char *tenant, const char *id)
 void
 silo_job_read_result(ReturnSetInfo *rsinfo, const char *tenant, const char *id)
 {
-	static SPIPlanPtr plan = NULL;
 	Datum		values[2];
 	Datum		out[5];
 	bool		outnulls[5];
-	char	   *status;
 	int			c;
 
 	jobops_key(tenant, id, values);
 	silo_spi_connect();
-	silo_exec(&plan,
-			  "SELECT s.status, CASE WHEN s.status = 'Succeeded' THEN a.result END,"
-			  "  CASE WHEN a.finished_at = s.changed_at THEN a.error_code END,"
-			  "  CASE WHEN a.finished_at = s.changed_at THEN a.error_data END, s.changed_at"
-			  "  FROM silo.job_status s"
-			  "  LEFT JOIN LATERAL (SELECT * FROM silo.attempt a WHERE a.tenant = s.tenant"
-			  "     AND a.job_id = s.id ORDER BY a.attempt DESC LIMIT 1) a ON true"
-			  " WHERE s.tenant = $1 AND s.id = $2",
-			  2, jobops_key_types, values, NULL, true, 0);
-	if (SPI_processed == 0)
-		jobops_not_found(values);
-	status = silo_col_text(0, 1);
-	if (strcmp(status, "Pending") == 0)
+	if (strcmp(jobops_fetch_result(values), "Pending") == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_SILO_JOB_NOT_TERMINAL),
 				 errmsg("job is not in a terminal state"),
 				 errdetail("The job has not finished yet."),
-				 errhint("Poll again later, or LISTEN and poll when woken.")));
+				 errhint("Wait for it with CALL silo.wait_result, or poll again later.")));
 	for (c = 0; c < 5; c++)
 		out[c] = silo_col(0, c + 1, &outnulls[c]);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 	silo_spi_finish();
+}
+
+/*
+ * silo_job_look_result: the work of one look of silo.wait_result at job
+ * (tenant, id), under the caller's snapshot: false while it is Pending;
+ * once it has ended, true, with silo.job_result's five columns in
+ * values and nulls, copied into cxt and detoasted (the caller commits
+ * before it returns them: no TOAST pointer may outlive the snapshot).
+ * SL003 when there is no such job.
+ */
+bool
+silo_job_look_result(const char *tenant, const char *id, MemoryContext cxt,
+					 Datum *values, bool *nulls)
+{
+	Datum		key[2];
+	MemoryContext old;
+	int			c;
+
+	jobops_key(tenant, id, key);
+	silo_spi_connect();
+	if (strcmp(jobops_fetch_result(key), "Pending") == 0)
+	{
+		silo_spi_finish();
+		return false;
+	}
+	old = MemoryContextSwitchTo(cxt);
+	for (c = 0; c < 5; c++)
+	{
+		values[c] = silo_col(0, c + 1, &nulls[c]);
+		/* text and jsonb columns; finished_at is by value */
+		if (!nulls[c] && c < 4)
+			values[c] = PointerGetDatum(pg_detoast_datum_copy((struct varlena *)
+															  DatumGetPointer(values[c])));
+	}
+	MemoryContextSwitchTo(old);
+	silo_spi_finish();
+	return true;
 }

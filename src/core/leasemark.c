@@ -621,6 +621,16 @@ mark_forget(Oid relid)
 }
 
 /*
+ * silo_mark_forget_database: drop every lease mark of this database (a
+ * shard's rows arrived from another node: leases start from the front).
+ */
+void
+silo_mark_forget_database(void)
+{
+	mark_forget(InvalidOid);
+}
+
+/*
  * mark_relcache_callback: silo.task's cached definition is being
  * invalidated -- its triggers changed (disabled, re-enabled, dropped,
  * re-created), it was truncated or altered, or vacuum updated its

@@ -6,6 +6,10 @@
  *	  expired leases, the walk of parked limit chains; the purge of old
  *	  terminal jobs; and when the next of them is due.
  *
+ * In cluster mode every pass and the purge skip the rows of shards this
+ * node does not serve: rows arriving while a shard moves here, rows left
+ * by a move away, belong to another node's shard.
+ *
  * Promotion is one statement per batch; the sweep and the chain walk page
  * through their items with the batch runner (storage/runner.c), each item
  * in a subtransaction of its own, so one bad row is logged and skipped
@@ -26,6 +30,15 @@
 #include "utils/json.h"
 
 #define MAINT_PROMOTE_BATCH		10000
+
+/*
+ * Which form of a pass's statement runs: in cluster mode (1) each pass
+ * looks only at rows of the shards this node serves (silo.shard_served,
+ * which also holds the shard's lock in share mode until the transaction
+ * ends, so that a move's pause waits for the pass); single-node mode (0)
+ * pays nothing for it.
+ */
+#define MAINT_FILTER()			(silo_cluster_mode() ? 1 : 0)
 #define PURGE_BATCH				5000
 
 /* GUC silo.retention (registered by module.c) */
@@ -39,10 +52,25 @@ int			silo_retention_s = 7 * 24 * 3600;
 int64
 silo_promote_due_tasks(TimestampTz now)
 {
-	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plans[2] = {NULL, NULL};
+	static const char *const sql[2] = {
+		"WITH p AS ("
+		" UPDATE silo.task SET due = true WHERE ctid = ANY(ARRAY("
+		"  SELECT ctid FROM silo.task WHERE NOT due AND start_at <= $1"
+		"   ORDER BY start_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
+		" RETURNING task_group)"
+		"SELECT task_group, count(*) FROM p GROUP BY task_group",
+		"WITH p AS ("
+		" UPDATE silo.task SET due = true WHERE ctid = ANY(ARRAY("
+		"  SELECT ctid FROM silo.task WHERE NOT due AND start_at <= $1"
+		"   AND silo.shard_served(tenant) ORDER BY start_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
+		" RETURNING task_group)"
+		"SELECT task_group, count(*) FROM p GROUP BY task_group"
+	};
 	static const Oid types[2] = {TIMESTAMPTZOID, INT4OID};
 	Datum		values[2];
 	int64		total = 0;
+	int			c = MAINT_FILTER();
 
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = Int32GetDatum(MAINT_PROMOTE_BATCH);
@@ -52,14 +80,7 @@ silo_promote_due_tasks(TimestampTz now)
 		int64		n = 0;
 
 		/* One row per task group that got work, with its count. */
-		silo_exec(&plan,
-				  "WITH p AS ("
-				  " UPDATE silo.task SET due = true WHERE ctid = ANY(ARRAY("
-				  "  SELECT ctid FROM silo.task WHERE NOT due AND start_at <= $1"
-				  "   ORDER BY start_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
-				  " RETURNING task_group)"
-				  "SELECT task_group, count(*) FROM p GROUP BY task_group",
-				  2, types, values, NULL, false, 0);
+		silo_exec(&plans[c], sql[c], 2, types, values, NULL, false, 0);
 		for (i = 0; i < SPI_processed; i++)
 		{
 			Async_Notify(SILO_NOTIFY_CHANNEL, silo_col_text(i, 1));
@@ -133,11 +154,16 @@ maint_sweep_describe(int i, void *arg)
 int64
 silo_sweep_expired_leases(TimestampTz now, int limit, int64 *offset, bool *more)
 {
-	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plans[2] = {NULL, NULL};
+	static const char *const sql[2] = {
+		"SELECT task_id FROM silo.task_lease WHERE expires_at <= $1"
+		" ORDER BY expires_at, task_id OFFSET $3 LIMIT $2",
+		"SELECT task_id FROM silo.task_lease WHERE expires_at <= $1"
+		" AND silo.shard_served(tenant) ORDER BY expires_at, task_id OFFSET $3 LIMIT $2"
+	};
+	int			c = MAINT_FILTER();
 
-	return silo_run_listed(&plan,
-						   "SELECT task_id FROM silo.task_lease WHERE expires_at <= $1"
-						   " ORDER BY expires_at, task_id OFFSET $3 LIMIT $2",
+	return silo_run_listed(&plans[c], sql[c],
 						   now, limit, offset, more, maint_sweep_item, maint_sweep_describe);
 }
 
@@ -216,11 +242,16 @@ maint_chain_describe(int i, void *arg)
 int64
 silo_run_chain_tasks(TimestampTz now, int limit, int64 *offset, bool *more)
 {
-	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plans[2] = {NULL, NULL};
+	static const char *const sql[2] = {
+		"SELECT tenant, job_id, attempt FROM silo.chain_task WHERE run_at <= $1"
+		" ORDER BY run_at, priority, start_at, seq OFFSET $3 LIMIT $2",
+		"SELECT tenant, job_id, attempt FROM silo.chain_task WHERE run_at <= $1"
+		" AND silo.shard_served(tenant) ORDER BY run_at, priority, start_at, seq OFFSET $3 LIMIT $2"
+	};
+	int			c = MAINT_FILTER();
 
-	return silo_run_listed(&plan,
-						   "SELECT tenant, job_id, attempt FROM silo.chain_task WHERE run_at <= $1"
-						   " ORDER BY run_at, priority, start_at, seq OFFSET $3 LIMIT $2",
+	return silo_run_listed(&plans[c], sql[c],
 						   now, limit, offset, more, maint_chain_item, maint_chain_describe);
 }
 
@@ -232,15 +263,21 @@ silo_run_chain_tasks(TimestampTz now, int limit, int64 *offset, bool *more)
 bool
 silo_next_due_at(TimestampTz *next)
 {
-	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plans[2] = {NULL, NULL};
+	static const char *const sql[2] = {
+		"SELECT least((SELECT min(start_at) FROM silo.task WHERE NOT due),"
+		"             (SELECT min(run_at) FROM silo.chain_task),"
+		"             (SELECT min(marked_at) FROM silo.concurrency_regrant),"
+		"             (SELECT min(refresh_check_at) FROM silo.floating_limit))",
+		"SELECT least((SELECT min(start_at) FROM silo.task WHERE NOT due AND silo.shard_served(tenant)),"
+		"             (SELECT min(run_at) FROM silo.chain_task WHERE silo.shard_served(tenant)),"
+		"             (SELECT min(marked_at) FROM silo.concurrency_regrant WHERE silo.shard_served(tenant)),"
+		"             (SELECT min(refresh_check_at) FROM silo.floating_limit WHERE silo.shard_served(tenant)))"
+	};
 	bool		isnull;
+	int			c = MAINT_FILTER();
 
-	silo_exec(&plan,
-			  "SELECT least((SELECT min(start_at) FROM silo.task WHERE NOT due),"
-			  "             (SELECT min(run_at) FROM silo.chain_task),"
-			  "             (SELECT min(marked_at) FROM silo.concurrency_regrant),"
-			  "             (SELECT min(refresh_check_at) FROM silo.floating_limit))",
-			  0, NULL, NULL, NULL, true, 0);
+	silo_exec(&plans[c], sql[c], 0, NULL, NULL, NULL, true, 0);
 	*next = silo_col_ts(0, 1, &isnull);
 	return !isnull;
 }
@@ -297,27 +334,32 @@ silo_maintenance_round(TimestampTz now, int64 *promoted_out, int64 *swept_out)
 /*
  * silo_purge_jobs: silo.purge_terminal_jobs's work: delete terminal jobs
  * whose status changed before before, with their attempts, metadata and
- * flags, in batches; at most max_jobs.  Returns how many.
+ * flags, in batches; at most max_jobs, and tell their waiters.  Returns
+ * how many.
  */
 int64
 silo_purge_jobs(int32 max_jobs, TimestampTz before)
 {
 	static SPIPlanPtr plan = NULL;
-	static const Oid types[2] = {TIMESTAMPTZOID, INT4OID};
-	Datum		values[2];
+	static const Oid types[3] = {TIMESTAMPTZOID, INT4OID, BOOLOID};
+	Datum		values[3];
 	int64		total = 0;
 
 	values[0] = TimestampTzGetDatum(before);
+	/* $3: every shard (single-node mode), else only those served here */
+	values[2] = BoolGetDatum(!silo_cluster_mode());
 	silo_spi_connect();
 	while (total < max_jobs)
 	{
 		int64		n;
+		uint64		i;
 
 		values[1] = Int32GetDatum((int32) Min(PURGE_BATCH, max_jobs - total));
 		silo_exec(&plan,
 				  "WITH j AS ("
 				  "  SELECT tenant, id, status, changed_at FROM silo.job_status"
-				  "   WHERE status <> 'Pending' AND changed_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED),"
+				  "   WHERE status <> 'Pending' AND changed_at < $1 AND ($3 OR silo.shard_served(tenant))"
+				  "   LIMIT $2 FOR UPDATE SKIP LOCKED),"
 				  " x AS (DELETE FROM silo.job_status_index x USING j"
 				  "   WHERE x.tenant = j.tenant AND x.status = j.status"
 				  "     AND x.changed_at = j.changed_at AND x.id = j.id),"
@@ -332,10 +374,17 @@ silo_purge_jobs(int32 max_jobs, TimestampTz before)
 				  " i AS (DELETE FROM silo.job_info x USING j"
 				  "   WHERE x.tenant = j.tenant AND x.id = j.id),"
 				  " s AS (DELETE FROM silo.job_status x USING j"
-				  "   WHERE x.tenant = j.tenant AND x.id = j.id RETURNING 1)"
-				  "SELECT count(*) FROM s",
-				  2, types, values, NULL, false, 0);
-		n = silo_col_int64(0, 1);
+				  "   WHERE x.tenant = j.tenant AND x.id = j.id RETURNING x.tenant, x.id)"
+				  "SELECT tenant, id FROM s",
+				  3, types, values, NULL, false, 0);
+		n = (int64) SPI_processed;
+		/* a waiter woken by the job's end may not have looked yet */
+		for (i = 0; i < SPI_processed; i++)
+		{
+			bool		isnull;
+
+			silo_wait_job_ended_text(silo_col(i, 1, &isnull), silo_col(i, 2, &isnull));
+		}
 		total += n;
 		if (n < DatumGetInt32(values[1]))
 			break;

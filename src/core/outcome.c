@@ -4,7 +4,8 @@
  *	  How an attempt ends: the work of silo.complete, silo.fail,
  *	  silo.ack_cancel, silo.release and of the refresh reports, and
  *	  silo_finish_attempt, the one transition they share with the broker's
- *	  lease sweep.
+ *	  lease sweep.  Every end of a job tells its waiters
+ *	  (silo.wait_result, ipc/waiters.c), who are woken after the commit.
  *
  * Every report first deletes its lease row (the delete is the lock: a
  * second report, or the sweep, finds nothing and gets "lease not found"),
@@ -315,6 +316,7 @@ silo_finish_attempt(SiloLease *lease, SiloOutcome outcome, Jsonb *result,
 		old_at = silo_col_ts(0, 1, NULL);
 		silo_attempt_insert(&attempt);
 		silo_status_index_move(lease->tenant, lease->job_id, "Pending", old_at, job_status, now);
+		silo_wait_job_ended(lease->tenant, lease->job_id);
 		if (strcmp(job_status, "Cancelled") == 0 && !cancelled)
 			silo_cancellation_insert(lease->tenant, lease->job_id, now, true);
 		if (lease->limited)
@@ -537,5 +539,6 @@ silo_fail_rate_limited(SiloChainJob *job, int at, TimestampTz now)
 	attempt.error_data = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
 	silo_attempt_insert(&attempt);
 	silo_status_index_move(job->tenant, job->job_id, "Pending", old_at, "Failed", now);
+	silo_wait_job_ended(job->tenant, job->job_id);
 	silo_limits_release(job->tenant, job->holds, job->task_id, now);
 }

@@ -3,7 +3,8 @@
  * silo_core.h
  *	  Job state changes: enqueue, lease, heartbeat, the end of an attempt
  *	  (alone, in a batch, by the sweep), operations on a whole job, the
- *	  broker's maintenance passes and the lease marks.  Called by api/,
+ *	  wait for a job's end, the broker's maintenance passes and the lease
+ *	  marks.  Called by api/,
  *	  bgw/ and module/; calls limits/, ipc/, storage/ and util/
  *	  (src/README.md has the layers).
  *
@@ -33,6 +34,7 @@ extern void silo_mark_shmem_request(void);
 extern void silo_mark_shmem_startup(void);
 extern void silo_mark_init(void);
 extern bool silo_mark_enabled(Relation task_rel);
+extern void silo_mark_forget_database(void);
 extern void silo_mark_begin(const char *task_group, const char *tenant, Oid task_relid,
 							SiloMarkKey *start,
 							uint64 *gen);
@@ -111,6 +113,13 @@ extern void silo_job_restart(const char *tenant, const char *id, const char *fn)
 extern void silo_job_expedite(const char *tenant, const char *id, const char *fn);
 extern bool silo_job_delete(const char *tenant, const char *id);
 extern void silo_job_read_result(ReturnSetInfo *rsinfo, const char *tenant, const char *id);
+extern bool silo_job_look_result(const char *tenant, const char *id, MemoryContext cxt,
+								 Datum *values, bool *nulls);
+
+/* wait.c */
+extern void silo_wait_require_read_committed(void);
+extern void silo_job_wait_result(const char *tenant, const char *id, int64 timeout_us,
+								 Oid owner, Datum *values, bool *nulls);
 
 /* maintenance.c */
 

@@ -3,7 +3,8 @@
  * shmem.c
  *	  Silo's shared memory for its processes: where the broker's latch is
  *	  published, its round requests, and the floating-limit refresh hint.
- *	  The wake-up coalescing table lives in notify.c.
+ *	  The wake-up coalescing table lives in notify.c, the waiters of
+ *	  silo.wait_result in waiters.c.
  *
  * Locking: broker_pid and broker_latch are written under the tranche's
  * LWLock and read under it; the refresh hint is an atomic.
@@ -50,8 +51,8 @@ static uint64 silo_config_aborts = 0;
 static void silo_shmem_detach_broker(int code, Datum arg);
 
 /*
- * silo_ipc_shmem_request: reserve the struct and one named LWLock, and
- * the wake-up table.
+ * silo_ipc_shmem_request: reserve the struct and one named LWLock, the
+ * wake-up table and the waiters' table.
  */
 void
 silo_ipc_shmem_request(void)
@@ -59,6 +60,7 @@ silo_ipc_shmem_request(void)
 	RequestAddinShmemSpace(MAXALIGN(sizeof(SiloShared)));
 	RequestNamedLWLockTranche("silo", 1);
 	silo_notify_shmem_request();
+	silo_wait_shmem_request();
 }
 
 /*
@@ -83,6 +85,7 @@ silo_ipc_shmem_startup(void)
 		pg_atomic_init_u64(&silo_shared->config_generation, 1);
 	}
 	silo_notify_shmem_startup();
+	silo_wait_shmem_startup();
 }
 
 /*

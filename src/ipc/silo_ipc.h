@@ -3,7 +3,8 @@
  * silo_ipc.h
  *	  What silo's processes tell each other: wake-up notifications for
  *	  workers (coalesced per task group), the broker's latch and round
- *	  requests, and shared hints.  Calls only util/ (src/README.md has
+ *	  requests, shared hints, and the wake-ups of silo.wait_result's
+ *	  waiters.  Calls only util/ (src/README.md has
  *	  the layers).
  *
  *-------------------------------------------------------------------------
@@ -52,5 +53,19 @@ extern void silo_notify_subxact_end(bool commit);
 extern bool silo_notify_any_pending(void);
 extern long silo_notify_send_deferred(char (*sent)[SILO_NOTIFY_NAME_BYTES], int *nsent);
 extern void silo_notify_requeue(char (*sent)[SILO_NOTIFY_NAME_BYTES], int nsent);
+
+/* waiters.c: silo.wait_result's waiters and their wake-ups at commit */
+extern void silo_wait_shmem_request(void);
+extern void silo_wait_shmem_startup(void);
+extern uint64 silo_wait_key(const char *tenant, int tenant_len, const char *id, int id_len);
+extern void silo_wait_register(uint64 key);
+extern void silo_wait_unregister(void);
+extern bool silo_wait_take_wake(void);
+extern void silo_wait_job_ended(const char *tenant, const char *id);
+extern void silo_wait_job_ended_text(Datum tenant, Datum id);
+extern void silo_wait_key_ended(uint64 key);
+extern void silo_wait_xact_end(bool commit);
+extern void silo_wait_subxact_end(bool commit);
+extern void silo_wait_pre_prepare(void);
 
 #endif							/* SILO_IPC_H */

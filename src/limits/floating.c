@@ -102,6 +102,18 @@ silo_floating_max(const char *tenant, SiloLimit *l, const char *task_group, Time
 	return l->max;
 }
 
+/* the tail of silo_floating_lease's statement, in both of its forms */
+#define FLOATING_LEASE_REST \
+	"  RETURNING refresh_task_id, tenant, queue, current_max, metadata, refresh_scheduled_at)," \
+	" l AS (" \
+	"  INSERT INTO silo.task_lease (task_id, kind, task_group, tenant, job_id, attempt," \
+	"    relative_attempt, priority, start_at, seq, worker_id, started_at, expires_at," \
+	"    owner_role)" \
+	"  SELECT refresh_task_id, 'refresh', $1, tenant, queue, 0, 0, 0," \
+	"    refresh_scheduled_at, 0, $3, $4, $5, $7 FROM f)" \
+	"SELECT refresh_task_id, tenant, queue, current_max, metadata FROM f" \
+	" ORDER BY refresh_scheduled_at"
+
 /*
  * silo_floating_lease: hand up to max ready refresh tasks of a task group
  * to worker_id (only those of the given tenants when ntenants >= 0), its
@@ -114,6 +126,7 @@ silo_floating_lease(const char *task_group, int32 max, const char *worker_id,
 					TimestampTz now, TimestampTz expires, int ntenants, char **tenants)
 {
 	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr cluster_plan = NULL;
 	static const Oid types[7] = {
 		TEXTOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTARRAYOID, TEXTOID
 	};
@@ -137,21 +150,20 @@ silo_floating_lease(const char *task_group, int32 max, const char *worker_id,
 	else
 		nulls[5] = 'n';
 	values[6] = CStringGetTextDatum(silo_caller_name());
-	silo_exec(&plan,
-			  "WITH f AS ("
+	silo_exec(silo_limits_shard_filter ? &cluster_plan : &plan,
+			  silo_limits_shard_filter
+			  ? "WITH f AS ("
+			  "  UPDATE silo.floating_limit SET refresh_ready = false WHERE ctid = ANY(ARRAY("
+			  "    SELECT ctid FROM silo.floating_limit WHERE task_group = $1 AND refresh_ready"
+			  "       AND ($6 IS NULL OR tenant = ANY($6)) AND silo.shard_served(tenant)"
+			  "     ORDER BY refresh_scheduled_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
+			  FLOATING_LEASE_REST
+			  : "WITH f AS ("
 			  "  UPDATE silo.floating_limit SET refresh_ready = false WHERE ctid = ANY(ARRAY("
 			  "    SELECT ctid FROM silo.floating_limit WHERE task_group = $1 AND refresh_ready"
 			  "       AND ($6 IS NULL OR tenant = ANY($6))"
 			  "     ORDER BY refresh_scheduled_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
-			  "  RETURNING refresh_task_id, tenant, queue, current_max, metadata, refresh_scheduled_at),"
-			  " l AS ("
-			  "  INSERT INTO silo.task_lease (task_id, kind, task_group, tenant, job_id, attempt,"
-			  "    relative_attempt, priority, start_at, seq, worker_id, started_at, expires_at,"
-			  "    owner_role)"
-			  "  SELECT refresh_task_id, 'refresh', $1, tenant, queue, 0, 0, 0,"
-			  "    refresh_scheduled_at, 0, $3, $4, $5, $7 FROM f)"
-			  "SELECT refresh_task_id, tenant, queue, current_max, metadata FROM f"
-			  " ORDER BY refresh_scheduled_at",
+			  FLOATING_LEASE_REST,
 			  7, types, values, nulls, false, 0);
 	return SPI_processed;
 }
@@ -383,10 +395,15 @@ floating_describe_item(int i, void *arg)
 int64
 silo_check_floating_limits(TimestampTz now, int limit, int64 *offset, bool *more)
 {
-	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plans[2] = {NULL, NULL};
+	static const char *const sql[2] = {
+		"SELECT tenant, queue FROM silo.floating_limit WHERE refresh_check_at <= $1"
+		" ORDER BY refresh_check_at OFFSET $3 LIMIT $2",
+		"SELECT tenant, queue FROM silo.floating_limit WHERE refresh_check_at <= $1"
+		" AND silo.shard_served(tenant) ORDER BY refresh_check_at OFFSET $3 LIMIT $2"
+	};
+	int			c = silo_limits_shard_filter ? 1 : 0;
 
-	return silo_run_listed(&plan,
-						   "SELECT tenant, queue FROM silo.floating_limit WHERE refresh_check_at <= $1"
-						   " ORDER BY refresh_check_at OFFSET $3 LIMIT $2",
+	return silo_run_listed(&plans[c], sql[c],
 						   now, limit, offset, more, floating_check_item, floating_describe_item);
 }

@@ -25,6 +25,7 @@
 
 /* Set while the broker (or run_maintenance) runs: never wait for keys. */
 bool		silo_limits_nowait = false;
+bool		silo_limits_shard_filter = false;
 static bool keys_is_broker = false;
 
 /* The greatest key hash this transaction holds a lock on, and how many. */

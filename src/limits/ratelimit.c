@@ -125,15 +125,20 @@ silo_rate_limit_admit(const char *tenant, SiloLimit *l, TimestampTz now, Timesta
 int64
 silo_purge_idle_buckets(TimestampTz now)
 {
-	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plans[2] = {NULL, NULL};
+	static const char *const sql[2] = {
+		"DELETE FROM silo.rate_limit_bucket WHERE ctid = ANY(ARRAY("
+		" SELECT ctid FROM silo.rate_limit_bucket WHERE idle_at < $1"
+		"  LIMIT 5000 FOR UPDATE SKIP LOCKED))",
+		"DELETE FROM silo.rate_limit_bucket WHERE ctid = ANY(ARRAY("
+		" SELECT ctid FROM silo.rate_limit_bucket WHERE idle_at < $1"
+		"  AND silo.shard_served(tenant) LIMIT 5000 FOR UPDATE SKIP LOCKED))"
+	};
 	static const Oid types[1] = {TIMESTAMPTZOID};
 	Datum		values[1];
+	int			c = silo_limits_shard_filter ? 1 : 0;
 
 	values[0] = TimestampTzGetDatum(now);
-	silo_exec(&plan,
-			  "DELETE FROM silo.rate_limit_bucket WHERE ctid = ANY(ARRAY("
-			  " SELECT ctid FROM silo.rate_limit_bucket WHERE idle_at < $1"
-			  "  LIMIT 5000 FOR UPDATE SKIP LOCKED))",
-			  1, types, values, NULL, false, 0);
+	silo_exec(&plans[c], sql[c], 1, types, values, NULL, false, 0);
 	return (int64) SPI_processed;
 }

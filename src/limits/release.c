@@ -239,13 +239,19 @@ release_regrant_describe(int i, void *arg)
 int64
 silo_run_regrants(TimestampTz now, int limit, int64 *offset, bool *more)
 {
-	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plans[2] = {NULL, NULL};
+	static const char *const sql[2] = {
+		"SELECT tenant, queue FROM silo.concurrency_regrant"
+		" WHERE $1 IS NOT NULL GROUP BY tenant, queue"
+		" ORDER BY min(marked_at) OFFSET $3 LIMIT $2",
+		"SELECT tenant, queue FROM silo.concurrency_regrant"
+		" WHERE $1 IS NOT NULL AND silo.shard_served(tenant) GROUP BY tenant, queue"
+		" ORDER BY min(marked_at) OFFSET $3 LIMIT $2"
+	};
+	int			c = silo_limits_shard_filter ? 1 : 0;
 
 	/* $1 (now) is not needed: every marker is due. */
-	return silo_run_listed(&plan,
-						   "SELECT tenant, queue FROM silo.concurrency_regrant"
-						   " WHERE $1 IS NOT NULL GROUP BY tenant, queue"
-						   " ORDER BY min(marked_at) OFFSET $3 LIMIT $2",
+	return silo_run_listed(&plans[c], sql[c],
 						   now, limit, offset, more, release_regrant_item, release_regrant_describe);
 }
 

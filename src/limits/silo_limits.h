@@ -80,6 +80,14 @@ extern int	silo_parse_limits(Jsonb *limits, SiloLimit **out, Jsonb **normalized)
 
 /* keys.c */
 extern bool silo_limits_nowait;
+
+/*
+ * Cluster mode: the limits' passes of the broker and the lease of refresh
+ * tasks look only at rows of the shards this node serves (the SQL function
+ * silo.shard_served).  Set by module.c at start; limits/ does not call
+ * cluster/.
+ */
+extern bool silo_limits_shard_filter;
 extern void silo_limits_xact_end(void);
 extern void silo_limits_set_broker(void);
 extern uint64 silo_key_hash(char domain, const char *tenant, const char *a, const char *b);

@@ -16,6 +16,8 @@
 #include "access/xlog.h"
 #include "miscadmin.h"
 #include "replication/logicallauncher.h"
+#include "replication/slot.h"
+#include "replication/walsender.h"
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
@@ -49,6 +51,8 @@ void
 _PG_init(void)
 {
 	silo_define_gucs();
+	/* the limits' passes look only at served shards in cluster mode */
+	silo_limits_shard_filter = silo_cluster_mode();
 
 	/* Every backend that loads silo needs this, preloaded or not. */
 	RegisterXactCallback(silo_xact_callback, NULL);
@@ -215,6 +219,49 @@ silo_define_cluster_gucs(void)
 							PGC_POSTMASTER,
 							0,
 							NULL, NULL, NULL);
+	DefineCustomIntVariable("silo.move_drain_timeout_ms",
+							"How long a move's pause waits for the transactions already in its shard.",
+							"Past it the move gives up and the shard is served again.",
+							&silo_move_drain_timeout_ms,
+							5000,
+							10, 600000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("silo.move_pause_limit_ms",
+							"How long a move's source stays paused waiting for its target.",
+							"Past it the move gives up and the shard is served again.",
+							&silo_move_pause_limit_ms,
+							30000,
+							100, 3600000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("silo.max_moves_in",
+							"How many shards this node moves in at once (0: none).",
+							"Each takes a subscription's workers (max_logical_replication_workers).",
+							&silo_max_moves_in,
+							1,
+							0, 16,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+	DefineCustomBoolVariable("silo.draining",
+							 "This node is leaving the cluster: placement moves its shards away.",
+							 NULL,
+							 &silo_draining,
+							 false,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
+	DefineCustomStringVariable("silo.test_move_pause_at",
+							   "Tests only: the coordinator holds every move at this phase.",
+							   "Empty (the default) holds nothing.",
+							   &silo_test_move_pause_at,
+							   "",
+							   PGC_SIGHUP,
+							   GUC_SUPERUSER_ONLY | GUC_NOT_IN_SAMPLE,
+							   NULL, NULL, NULL);
 	DefineCustomIntVariable("silo.lease_ttl_s",
 							"TTL of this node's membership lease in etcd.",
 							"The node stops serving before it can expire elsewhere.",
@@ -255,6 +302,26 @@ silo_check_cluster_settings(void)
 				 errmsg("cluster mode needs max_logical_replication_workers of at least 2"),
 				 errdetail("A shard moving in takes a subscription's apply worker and its table synchronization."),
 				 errhint("Set max_logical_replication_workers = 4 (the default) or more.")));
+	/* the broker, the coordinator, and the logical replication workers */
+	if (max_worker_processes < max_logical_replication_workers + 2)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cluster mode needs max_worker_processes of at least max_logical_replication_workers + 2 (%d)",
+						max_logical_replication_workers + 2),
+				 errdetail("The broker, the coordinator and the workers of a shard moving in are background workers."),
+				 errhint("Set max_worker_processes = %d or more.",
+						 max_logical_replication_workers + 2)));
+	/*
+	 * A move out takes a slot and a WAL sender, and its table copy two more:
+	 * without them this node's shards cannot move away (it can still serve
+	 * them, and take shards in).
+	 */
+	if (max_replication_slots < 3 || max_wal_senders < 3)
+		ereport(WARNING,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cluster mode needs max_replication_slots and max_wal_senders of at least 3 to move shards away"),
+				 errdetail("A shard moving out takes a replication slot and a WAL sender, and the copy of its tables up to two more of each."),
+				 errhint("Keep the defaults (10 of each) or more.")));
 }
 
 /*
@@ -301,9 +368,10 @@ silo_register_broker(void)
 /*
  * silo_xact_callback: sends the transaction's coalesced wake-up
  * notifications at pre-commit (hands the skipped ones to the broker after
- * the commit), wakes the broker after a commit that asked for it, and
- * forgets both on abort; settles the lease marks the transaction owes
- * (leasemark.c) either way.
+ * the commit), wakes the broker and the waiters of the jobs it ended
+ * after a commit that asked for it, and forgets them on abort (which
+ * also ends this session's own wait); settles the lease marks the
+ * transaction owes (leasemark.c) either way.
  */
 static void
 silo_xact_callback(XactEvent event, void *arg)
@@ -317,9 +385,12 @@ silo_xact_callback(XactEvent event, void *arg)
 			/* NOTIFY cannot be prepared; workers will find the work by polling. */
 			silo_notify_forget();
 			silo_mark_pre_prepare();
+			/* nor can wake-ups: a job's end is refused in a prepared one */
+			silo_wait_pre_prepare();
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
+			silo_wait_xact_end(true);
 			silo_mark_xact_end(true);
 			silo_notify_post_commit();
 			silo_ipc_xact_end(true);
@@ -329,6 +400,7 @@ silo_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			silo_planning_own = false;	/* an error inside silo_exec */
+			silo_wait_xact_end(false);
 			silo_ipc_xact_end(false);
 			silo_mark_xact_end(false);
 			silo_notify_forget();
@@ -341,17 +413,21 @@ silo_xact_callback(XactEvent event, void *arg)
 
 /*
  * silo_subxact_callback: a rolled-back subtransaction (a savepoint, a
- * plpgsql exception block) takes its wake-ups with it.
+ * plpgsql exception block) takes its wake-ups with it, the waiters' too.
  */
 static void
 silo_subxact_callback(SubXactEvent event, SubTransactionId my_subid,
 					  SubTransactionId parent_subid, void *arg)
 {
 	if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
 		silo_notify_subxact_end(true);
+		silo_wait_subxact_end(true);
+	}
 	else if (event == SUBXACT_EVENT_ABORT_SUB)
 	{
 		silo_notify_subxact_end(false);
+		silo_wait_subxact_end(false);
 		silo_mark_subxact_abort();
 		silo_ipc_subxact_abort();
 		silo_planning_own = false;	/* an error caught inside silo_exec */

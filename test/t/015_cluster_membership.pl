@@ -194,6 +194,8 @@ silo.cluster_prefix = '$prefix'
 silo.advertise_conninfo = '$node->{conninfo}'
 silo.lease_ttl_s = $ttl
 silo.initial_shard_count = 8
+# owned shards stay where they are here (019_cluster_moves.pl moves them)
+silo.max_moves_in = 0
 });
 	start_node($node) unless $opt{no_start};
 	return $node;

@@ -125,6 +125,8 @@ silo.node_id = '$name'
 silo.cluster_prefix = '$prefix'
 silo.advertise_conninfo = '$conninfo'
 silo.lease_ttl_s = $ttl
+# owned shards stay where they are here (019_cluster_moves.pl moves them)
+silo.max_moves_in = 0
 });
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION silo CASCADE');

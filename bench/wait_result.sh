@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# bench/wait_result.sh: what idle silo.wait_result waiters cost a burn-down
+# (docs/performance.md, "Waiting for results"), measured on a throwaway
+# cluster.  Not part of make test.
+#
+#   bash bench/wait_result.sh
+#
+# A burn-down: WR_JOBS due jobs drained by WR_CLIENTS pgbench clients, each
+# transaction a lease of WR_BATCH tasks and their complete_many.  Each of
+# WR_REPEATS rounds drains three times, in this order:
+#
+#   without   nothing else connected
+#   waiters   WR_WAITERS sessions asleep in CALL silo.wait_result on jobs
+#             of their own that never end (another task group, never
+#             leased; timeout 1 hour)
+#   idle      the control: WR_WAITERS connections that are merely idle
+#             (pgbench sleeping client-side), so that what a waiter costs
+#             can be told from what a connection costs
+#
+# The waiters are one pgbench run of WR_WAITERS clients, started before the
+# drain and ended after it by one transaction that cancels their jobs.
+# Reported: the median jobs per second of each mode and the ratios to
+# "without"; that every waiter was asleep with backend_xmin and
+# backend_xid NULL before and after each drain; and how long after the one
+# statement that ends the waiters' jobs (its commit included) they
+# resumed: each records the time in a table right after its CALL returns
+# (an unlogged insert without a WAL flush; median and slowest).
+#
+# max_connections is WR_WAITERS + WR_CLIENTS + 30 (the broker, pg_cron, the
+# script's own psql): a waiter is a backend.
+#
+# Environment: PGBIN, WR_WAITERS (1000), WR_JOBS (60000), WR_CLIENTS (4),
+# WR_BATCH (32), WR_REPEATS (5), KEEP=1 keeps the scratch directory.
+set -euo pipefail
+
+WAITERS=${WR_WAITERS:-1000}
+JOBS=${WR_JOBS:-60000}
+CLIENTS=${WR_CLIENTS:-4}
+BATCH=${WR_BATCH:-32}
+REPEATS=${WR_REPEATS:-5}
+WAITER_PID=
+
+# shellcheck source=bench/scratch.sh
+. "$(dirname "${BASH_SOURCE[0]}")/scratch.sh"
+
+# enqueue GROUP N PREFIX: N due jobs in GROUP, ids PREFIX1..PREFIXn, 1000
+# per call.
+enqueue()
+{
+	local group=$1 n=$2 prefix=$3 lo
+	for ((lo = 1; lo <= n; lo += 1000)); do
+		echo "SELECT count(*) FROM silo.enqueue_many((SELECT jsonb_agg(jsonb_build_object("
+		echo "  'task_group', '$group', 'id', '$prefix' || g, 'payload', jsonb_build_object('i', g)))"
+		echo "  FROM generate_series($lo, LEAST($lo + 999, $n)) g));"
+	done | psql_ >/dev/null
+}
+
+# asleep: "waiting/no-xmin" for the backends in silo.wait_result.
+asleep()
+{
+	psql_ -c "SELECT count(*) FILTER (WHERE wait_event = 'Extension') || '/' ||
+	                 count(*) FILTER (WHERE backend_xmin IS NULL AND backend_xid IS NULL)
+	            FROM pg_stat_activity WHERE query LIKE 'CALL silo.wait_result%' AND state = 'active'"
+}
+
+# start_waiters R: WAITERS sessions wait for jobs idle-R-1 .. idle-R-n
+# (enqueued here, in a group nobody leases), all asleep before it returns.
+start_waiters()
+{
+	local r=$1 deadline
+	enqueue idle "$WAITERS" "idle-$r-"
+	psql_ -c "TRUNCATE bench_woken"
+	{
+		echo "SET synchronous_commit = off;"
+		echo "CALL silo.wait_result('idle-$r-' || :client_id + 1, '-', interval '1 hour');"
+		echo "INSERT INTO bench_woken VALUES (clock_timestamp());"
+	} >"$DIR/wait.sql"
+	chmod 644 "$DIR/wait.sql"
+	# a connection is a file: raise this process's limit (as root, or
+	# within the user's hard limit), and connect as postgres
+	(
+		ulimit -n $((WAITERS + 100)) 2>/dev/null || true
+		exec "$PGBIN/pgbench" -h "$DIR" -U postgres -n -c "$WAITERS" -j 20 -t 1 \
+			-f "$DIR/wait.sql" postgres
+	) >"$DIR/waiters.log" 2>&1 &
+	WAITER_PID=$!
+	deadline=$((SECONDS + 120))
+	until [ "$(asleep)" = "$WAITERS/$WAITERS" ]; do
+		if ((SECONDS > deadline)); then
+			echo "the waiters did not fall asleep: $(asleep)" >&2
+			cat "$DIR/waiters.log" >&2
+			exit 1
+		fi
+		sleep 0.2
+	done
+}
+
+# stop_waiters R: end the waiters' jobs in one transaction; appends to
+# $DIR/wakes "median slowest": seconds from the end of that statement to
+# the waiters' resumption.  (Not in a subshell: it waits for the waiters'
+# pgbench, a child of this shell.)
+stop_waiters()
+{
+	local r=$1 t_end
+	t_end=$(psql_ -c "SELECT count(silo.cancel(id)), clock_timestamp() FROM silo.jobs
+	                   WHERE tenant = '-' AND id LIKE 'idle-$r-%'" | cut -d'|' -f2)
+	wait "$WAITER_PID"
+	WAITER_PID=
+	if ! grep -q "number of transactions actually processed: $WAITERS/$WAITERS" "$DIR/waiters.log"; then
+		echo "not every waiter returned normally:" >&2
+		cat "$DIR/waiters.log" >&2
+		exit 1
+	fi
+	psql_ -c "SELECT extract(epoch FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY at) - '$t_end'),
+	                 extract(epoch FROM max(at) - '$t_end') FROM bench_woken" |
+		tr '|' ' ' >>"$DIR/wakes"
+}
+
+# start_idle / stop_idle: the control, WAITERS connections that are idle
+# (the client sleeps between two statements) during the drain.
+start_idle()
+{
+	local deadline
+	printf 'SELECT 1;\n\\sleep 3600 s\n' >"$DIR/idle.sql"
+	chmod 644 "$DIR/idle.sql"
+	(
+		ulimit -n $((WAITERS + 100)) 2>/dev/null || true
+		exec "$PGBIN/pgbench" -h "$DIR" -U postgres -n -c "$WAITERS" -j 20 -t 1 \
+			-f "$DIR/idle.sql" postgres
+	) >"$DIR/idle.log" 2>&1 &
+	WAITER_PID=$!
+	deadline=$((SECONDS + 120))
+	until [ "$(psql_ -c "SELECT count(*) FROM pg_stat_activity
+	                      WHERE query LIKE 'SELECT 1%' AND state = 'idle'")" = "$WAITERS" ]; do
+		if ((SECONDS > deadline)); then
+			echo "the idle connections did not come up" >&2
+			exit 1
+		fi
+		sleep 0.2
+	done
+}
+
+stop_idle()
+{
+	kill "$WAITER_PID" 2>/dev/null || true
+	wait "$WAITER_PID" 2>/dev/null || true
+	WAITER_PID=
+	while [ "$(psql_ -c "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT 1%'")" != 0 ]; do
+		sleep 0.2
+	done
+}
+
+# drain GROUP: lease and complete until GROUP has no task left; prints the
+# seconds it took.
+drain()
+{
+	local group=$1 per_client t0 t1 left
+	per_client=$(((JOBS + CLIENTS * BATCH - 1) / (CLIENTS * BATCH) + 2))
+	echo "SELECT count(*) FROM silo.complete_many((SELECT array_agg(task_id) FROM silo.lease('w', '$group', $BATCH)), 'w');" \
+		>"$DIR/drain.sql"
+	chmod 644 "$DIR/drain.sql"
+	t0=$(date +%s.%N)
+	as_pg "$PGBIN/pgbench" -h "$DIR" -n -c "$CLIENTS" -j "$CLIENTS" -t "$per_client" \
+		-f "$DIR/drain.sql" postgres >"$DIR/pgbench.log" 2>&1
+	t1=$(date +%s.%N)
+	left=$(psql_ -c "SELECT count(*) FROM silo.task WHERE task_group = '$group'")
+	if [ "$left" != 0 ]; then
+		echo "drain of $group left $left tasks" >&2
+		exit 1
+	fi
+	echo "$t1 - $t0" | bc -l
+}
+
+median() { sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+
+cleanup_waiters() { if [ -n "$WAITER_PID" ]; then kill "$WAITER_PID" 2>/dev/null || true; fi; }
+
+scratch_begin
+trap 'cleanup_waiters; scratch_cleanup' EXIT
+scratch_initdb data "max_connections = $((WAITERS + CLIENTS + 30))" "shared_buffers = 512MB" \
+	"max_wal_size = 4GB"
+scratch_start data
+psql_ -c "CREATE EXTENSION silo CASCADE" 2>/dev/null
+psql_ -c "CREATE UNLOGGED TABLE bench_woken (at timestamptz)"
+
+echo "== burn-down: $JOBS jobs, $CLIENTS clients x batch $BATCH; $REPEATS rounds of three:" \
+	"without, with $WAITERS waiters asleep, with $WAITERS idle connections"
+: >"$DIR/rates.without"
+: >"$DIR/rates.waiters"
+: >"$DIR/rates.idle"
+: >"$DIR/wakes"
+for ((r = 1; r <= REPEATS; r++)); do
+	for mode in without waiters idle; do
+		g=burn_${mode}_$r
+		enqueue "$g" "$JOBS" "$g-"
+		psql_ -c "VACUUM ANALYZE silo.task" -c "CHECKPOINT" >/dev/null
+		note=
+		if [ "$mode" = waiters ]; then
+			start_waiters "$r"
+			note="waiters asleep/no xmin before $(asleep)"
+		elif [ "$mode" = idle ]; then
+			start_idle
+		fi
+		s=$(drain "$g")
+		echo "$JOBS / $s" | bc -l >>"$DIR/rates.$mode"
+		if [ "$mode" = idle ]; then
+			stop_idle
+		elif [ "$mode" = waiters ]; then
+			note="$note, after $(asleep)"
+			stop_waiters "$r"
+			read -r wmed wmax < <(tail -1 "$DIR/wakes")
+			note="$note; one commit ended their jobs: resumed after ${wmed} s (median), ${wmax} s (last)"
+		fi
+		printf 'run %d %-8s %8.0f jobs/s  %s\n' "$r" "$mode" "$(tail -1 "$DIR/rates.$mode")" "$note"
+	done
+done
+off=$(median <"$DIR/rates.without")
+on=$(median <"$DIR/rates.waiters")
+idle=$(median <"$DIR/rates.idle")
+printf 'median: without %.0f jobs/s; with %d waiters %.0f jobs/s, ratio %.3f; with %d idle connections %.0f jobs/s, ratio %.3f\n' \
+	"$off" "$WAITERS" "$on" "$(echo "$on / $off" | bc -l)" "$WAITERS" "$idle" "$(echo "$idle / $off" | bc -l)"
+printf 'one commit ending the jobs of %d waiters: they resumed after %.3f s (median), the last after %.3f s (medians of the runs)\n' \
+	"$WAITERS" "$(cut -d' ' -f1 "$DIR/wakes" | median)" "$(cut -d' ' -f2 "$DIR/wakes" | median)"

@@ -1,0 +1,323 @@
+/**
+ * SiloClient: the producer's side of silo -- enqueue jobs, look at them,
+ * cancel, restart, expedite or delete them, and read or await their results.
+ * Each method is one SQL call (docs/api.md); errors come back as the typed
+ * classes of errors.ts.
+ */
+
+import pg from 'pg';
+
+import {
+  InvalidArgumentError, NotTerminalError, WaitTimeoutError, isConnectionError, toSiloError,
+} from './errors';
+import type {
+  AwaitResultOptions, EnqueueOptions, Job, JobRef, JobResult, JobSpec,
+} from './types';
+import {
+  Queryable, camelRow, cancelBackend, jsonParam, poolQuery, sleep,
+} from './util';
+
+/** How SiloClient reaches the database. */
+export interface SiloClientOptions extends pg.PoolConfig {
+  /**
+   * An existing pool to use (close() leaves it open).  Without pool or db the
+   * client makes a pool of its own from the other options (connectionString,
+   * host, ...; PG* environment variables fill in the rest).
+   */
+  pool?: pg.Pool;
+  /**
+   * Run every call through this connection instead, e.g. a client checked
+   * out of your pool inside a transaction: the jobs enqueued then commit or
+   * roll back with your own writes.  (awaitResult needs a connection that is
+   * not inside a transaction block.)
+   */
+  db?: Queryable;
+}
+
+const WAIT_RESULT_SIGNATURE =
+  'silo.wait_result(text,text,interval,text,jsonb,text,jsonb,timestamptz)';
+/** silo.wait_result waits at most a day per call. */
+const WAIT_RESULT_MAX_MS = 86_400_000;
+
+function tenantOf(ref: JobRef | undefined): string {
+  return ref?.tenant ?? '-';
+}
+
+function toJob<P>(row: Record<string, unknown>): Job<P> {
+  return camelRow(row) as unknown as Job<P>;
+}
+
+function toResult<R>(row: Record<string, unknown>): JobResult<R> {
+  return {
+    status: row.status as JobResult['status'],
+    result: (row.result ?? null) as R | null,
+    errorCode: (row.error_code ?? null) as string | null,
+    errorData: (row.error_data ?? null) as JobResult['errorData'],
+    finishedAt: row.finished_at as Date,
+  };
+}
+
+function startAtParam(v: Date | string): string {
+  if (v instanceof Date) {
+    if (Number.isNaN(v.getTime())) throw new InvalidArgumentError('startAt must be a valid Date', { code: '22023' });
+    return v.toISOString();
+  }
+  return v;
+}
+
+/** The job object of silo.enqueue_many for one JobSpec. */
+function jobObject(spec: JobSpec): Record<string, unknown> {
+  return {
+    task_group: spec.taskGroup,
+    payload: spec.payload === undefined ? {} : spec.payload,
+    tenant: spec.tenant,
+    id: spec.id,
+    priority: spec.priority,
+    start_at: spec.startAt === undefined ? undefined : startAtParam(spec.startAt),
+    retry_policy: spec.retryPolicy,
+    limits: spec.limits,
+    metadata: spec.metadata,
+    on_conflict: spec.onConflict,
+  };
+}
+
+export class SiloClient {
+  private readonly db: Queryable;
+  private readonly pool: pg.Pool | undefined;
+  private readonly ownsPool: boolean;
+  private waitResultKnown: Promise<boolean> | undefined;
+
+  constructor(options: SiloClientOptions | string = {}) {
+    const opts: SiloClientOptions = typeof options === 'string' ? { connectionString: options } : options;
+    if (opts.db) {
+      this.db = opts.db;
+      this.pool = undefined;
+      this.ownsPool = false;
+    } else if (opts.pool) {
+      this.db = opts.pool;
+      this.pool = opts.pool;
+      this.ownsPool = false;
+    } else {
+      const { pool: _p, db: _d, ...config } = opts;
+      const pool = new pg.Pool({ application_name: 'silo-node-client', ...config });
+      /* an idle client that dies (server restart) must not crash the process */
+      pool.on('error', () => undefined);
+      this.db = pool;
+      this.pool = pool;
+      this.ownsPool = true;
+    }
+  }
+
+  /**
+   * A client that runs its calls through db (a pg.Client or a pooled client,
+   * e.g. inside your transaction); it shares nothing else with this one.
+   */
+  withConnection(db: Queryable): SiloClient {
+    return new SiloClient({ db });
+  }
+
+  /** Close the pool this client made (a pool or connection passed in stays open). */
+  async close(): Promise<void> {
+    if (this.ownsPool && this.pool && !this.pool.ended) await this.pool.end();
+  }
+
+  private async query<R extends Record<string, unknown>>(
+    text: string, values: unknown[], name?: string,
+  ): Promise<R[]> {
+    try {
+      const res = this.pool ? await poolQuery<R>(this.pool, { text, values, name })
+        : await this.db.query<R>({ text, values, name });
+      return res.rows;
+    } catch (err) {
+      throw toSiloError(err);
+    }
+  }
+
+  /**
+   * Enqueue a job (silo.enqueue) and return its id.  The job can be leased
+   * once the statement commits (at once, outside a transaction).
+   */
+  async enqueue<P = unknown>(taskGroup: string, payload?: P, options: EnqueueOptions = {}): Promise<string> {
+    const args = ['task_group => $1::text', 'payload => $2::jsonb'];
+    const values: unknown[] = [taskGroup, payload === undefined ? '{}' : JSON.stringify(payload)];
+    const add = (name: string, cast: string, value: unknown): void => {
+      if (value === undefined) return;
+      values.push(value);
+      args.push(`${name} => $${values.length}::${cast}`);
+    };
+    add('tenant', 'text', options.tenant);
+    add('id', 'text', options.id);
+    add('priority', 'int', options.priority);
+    add('start_at', 'timestamptz', options.startAt === undefined ? undefined : startAtParam(options.startAt));
+    add('retry_policy', 'jsonb', jsonParam(options.retryPolicy));
+    add('limits', 'jsonb', jsonParam(options.limits));
+    add('metadata', 'jsonb', jsonParam(options.metadata));
+    add('on_conflict', 'text', options.onConflict);
+    const rows = await this.query<{ id: string }>(`SELECT silo.enqueue(${args.join(', ')}) AS id`, values);
+    return rows[0].id;
+  }
+
+  /**
+   * Enqueue many jobs in one statement (silo.enqueue_many): all of them or,
+   * when one is invalid, none.  Returns their ids in the order given.
+   */
+  async enqueueMany(jobs: JobSpec[]): Promise<string[]> {
+    if (jobs.length === 0) return [];
+    const rows = await this.query<{ id: string }>(
+      'SELECT e.id FROM silo.enqueue_many($1::jsonb) WITH ORDINALITY AS e(id, n) ORDER BY e.n',
+      [JSON.stringify(jobs.map(jobObject))], 'silo_enqueue_many');
+    return rows.map((r) => r.id);
+  }
+
+  /** The job's row of silo.jobs, or null when there is no such job. */
+  async getJob<P = unknown>(id: string, ref?: JobRef): Promise<Job<P> | null> {
+    const rows = await this.query('SELECT * FROM silo.jobs WHERE tenant = $1 AND id = $2',
+      [tenantOf(ref), id], 'silo_get_job');
+    return rows.length ? toJob<P>(rows[0]) : null;
+  }
+
+  /**
+   * Cancel a job (silo.cancel).  A pending job ends Cancelled at once; a
+   * running one is flagged and its worker's signal fires at the next
+   * heartbeat.  Throws AlreadyCancelledError, AlreadyTerminalError or
+   * NotFoundError.
+   */
+  async cancel(id: string, ref?: JobRef): Promise<void> {
+    await this.query('SELECT silo.cancel($1::text, $2::text)', [id, tenantOf(ref)], 'silo_cancel');
+  }
+
+  /** Run a Failed or Cancelled job again (silo.restart); NotRestartableError otherwise. */
+  async restart(id: string, ref?: JobRef): Promise<void> {
+    await this.query('SELECT silo.restart($1::text, $2::text)', [id, tenantOf(ref)], 'silo_restart');
+  }
+
+  /** Make a Scheduled or Retrying job due now (silo.expedite); NotExpeditableError otherwise. */
+  async expedite(id: string, ref?: JobRef): Promise<void> {
+    await this.query('SELECT silo.expedite($1::text, $2::text)', [id, tenantOf(ref)], 'silo_expedite');
+  }
+
+  /**
+   * Delete a terminal job with its attempts (silo.delete_job; silo_admin
+   * only).  False when there is no such job; NotTerminalError while it runs.
+   */
+  async deleteJob(id: string, ref?: JobRef): Promise<boolean> {
+    const rows = await this.query<{ deleted: boolean }>(
+      'SELECT silo.delete_job($1::text, $2::text) AS deleted', [id, tenantOf(ref)], 'silo_delete_job');
+    return rows[0].deleted;
+  }
+
+  /**
+   * The outcome of a terminal job (silo.job_result).  Throws
+   * NotTerminalError while it has not ended, NotFoundError if it does not
+   * exist.
+   */
+  async getJobResult<R = unknown>(id: string, ref?: JobRef): Promise<JobResult<R>> {
+    const rows = await this.query('SELECT * FROM silo.job_result($1::text, $2::text)',
+      [id, tenantOf(ref)], 'silo_job_result');
+    return toResult<R>(rows[0]);
+  }
+
+  /** Whether the installed silo has the procedure silo.wait_result (1.7). */
+  async hasWaitResult(): Promise<boolean> {
+    if (!this.waitResultKnown) {
+      this.waitResultKnown = this.query<{ ok: boolean }>(
+        'SELECT to_regprocedure($1) IS NOT NULL AS ok', [WAIT_RESULT_SIGNATURE])
+        .then((rows) => rows[0].ok)
+        .catch((err) => {
+          this.waitResultKnown = undefined;
+          throw err;
+        });
+    }
+    return this.waitResultKnown;
+  }
+
+  /**
+   * Wait until the job has ended and return its outcome.  With silo's
+   * procedure silo.wait_result (1.7) the wait happens inside the server,
+   * woken by the commit that ends the job, holding one connection of the
+   * pool and no snapshot; without it, job_result is polled with a backoff
+   * (50 ms growing to maxPollIntervalMs).  Throws WaitTimeoutError after
+   * timeoutMs, NotFoundError for a job that does not exist, and the
+   * signal's reason once options.signal is aborted.
+   */
+  async awaitResult<R = unknown>(id: string, options: AwaitResultOptions = {}): Promise<JobResult<R>> {
+    const timeoutMs = options.timeoutMs ?? 30_000;
+    if (!(timeoutMs > 0)) throw new InvalidArgumentError('timeoutMs must be positive', { code: '22023' });
+    options.signal?.throwIfAborted();
+    const deadline = Date.now() + timeoutMs;
+    if (await this.hasWaitResult()) return this.waitInServer<R>(id, tenantOf(options), deadline, options.signal);
+    return this.poll<R>(id, tenantOf(options), deadline, options);
+  }
+
+  private async waitInServer<R>(
+    id: string, tenant: string, deadline: number, signal: AbortSignal | undefined,
+  ): Promise<JobResult<R>> {
+    /* a connection of its own, so that an abort can cancel just this wait */
+    let conn: pg.PoolClient | undefined;
+    let db: Queryable = this.db;
+    if (this.pool) {
+      try {
+        conn = await this.pool.connect();
+      } catch (err) {
+        throw toSiloError(err);
+      }
+      db = conn;
+    }
+    let aborted = false;
+    let broken = false;
+    const pid = (conn as unknown as { processID?: number } | undefined)?.processID;
+    const onAbort = (): void => {
+      aborted = true;
+      /* on a connection of its own: the pool's may all be waiting */
+      if (pid !== undefined && this.pool) cancelBackend(this.pool.options, pid);
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      for (;;) {
+        const left = deadline - Date.now();
+        const chunk = Math.max(1, Math.min(left, WAIT_RESULT_MAX_MS));
+        try {
+          const res = await db.query({
+            name: 'silo_wait_result',
+            text: 'CALL silo.wait_result($1::text, $2::text, $3::interval)',
+            values: [id, tenant, `${chunk} milliseconds`],
+          });
+          if (aborted) throw signal?.reason;
+          return toResult<R>(res.rows[0]);
+        } catch (err) {
+          if (aborted) throw signal?.reason;
+          const e = toSiloError(err);
+          if (isConnectionError(e)) broken = true;
+          if (e instanceof WaitTimeoutError && deadline - Date.now() > 0) continue;
+          throw e;
+        }
+      }
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+      /* after a cancel request the connection could still receive it: drop it */
+      conn?.release(aborted || broken ? true : undefined);
+    }
+  }
+
+  private async poll<R>(
+    id: string, tenant: string, deadline: number, options: AwaitResultOptions,
+  ): Promise<JobResult<R>> {
+    const maxPause = Math.max(10, options.maxPollIntervalMs ?? 1000);
+    let pause = 50;
+    for (;;) {
+      try {
+        return await this.getJobResult<R>(id, { tenant });
+      } catch (err) {
+        if (!(err instanceof NotTerminalError)) throw err;
+      }
+      const left = deadline - Date.now();
+      if (left <= 0) {
+        throw new WaitTimeoutError('job did not end within the timeout', {
+          detail: `Job "${id}" of tenant "${tenant}" was still pending.`,
+        });
+      }
+      await sleep(Math.min(pause, left), options.signal);
+      pause = Math.min(maxPause, Math.ceil(pause * 1.5));
+    }
+  }
+}

@@ -1,0 +1,105 @@
+/** Small helpers shared by the client and the worker. */
+
+import pg from 'pg';
+import type { ClientConfig, Pool, QueryConfig, QueryResult, QueryResultRow } from 'pg';
+
+import { isConnectionError } from './errors';
+
+const { Client } = pg;
+
+/**
+ * Anything that runs a query the way node-postgres does: a pg.Pool, a
+ * pg.Client or a client checked out of a pool (for a transaction of yours).
+ */
+export interface Queryable {
+  query<R extends QueryResultRow = any>(
+    queryConfig: QueryConfig<any[]>,
+  ): Promise<QueryResult<R>>;
+}
+
+/** snake_case column names to camelCase keys. */
+export function camelRow(row: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const k of Object.keys(row)) {
+    out[k.replace(/_([a-z0-9])/g, (_m, c: string) => c.toUpperCase())] = row[k];
+  }
+  return out;
+}
+
+/** JSON text for a jsonb parameter; undefined stays undefined. */
+export function jsonParam(value: unknown): string | undefined {
+  return value === undefined ? undefined : JSON.stringify(value);
+}
+
+/** A promise that resolves after ms, or rejects with signal's reason once it is aborted. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, Math.max(0, ms));
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/**
+ * Exponential backoff with jitter: next() gives the next delay (from
+ * initialMs, doubling, at most maxMs, each scaled by a random factor in
+ * [0.5, 1]); reset() starts over after a success.
+ */
+export class Backoff {
+  private attempt = 0;
+
+  constructor(private readonly initialMs: number, private readonly maxMs: number) {}
+
+  next(): number {
+    const base = Math.min(this.maxMs, this.initialMs * 2 ** Math.min(this.attempt, 30));
+    this.attempt++;
+    return Math.round(base * (0.5 + Math.random() / 2));
+  }
+
+  reset(): void {
+    this.attempt = 0;
+  }
+}
+
+/**
+ * Run one query on a client checked out of pool.  Unlike pool.query, a
+ * server error (a lost lease, a job not found) keeps the connection: only
+ * a broken connection is dropped.
+ */
+export async function poolQuery<R extends QueryResultRow = any>(
+  pool: Pool, config: QueryConfig<any[]>,
+): Promise<QueryResult<R>> {
+  const client = await pool.connect();
+  let broken = false;
+  try {
+    return await client.query<R>(config);
+  } catch (err) {
+    broken = isConnectionError(err);
+    throw err;
+  } finally {
+    client.release(broken ? true : undefined);
+  }
+}
+
+/**
+ * Ask the server to cancel what backend pid runs (pg_cancel_backend), from
+ * a connection of its own made with config; errors are ignored.
+ */
+export function cancelBackend(config: ClientConfig, pid: number): void {
+  const c = new Client(config);
+  c.on('error', () => undefined);
+  c.connect()
+    .then(() => c.query('SELECT pg_cancel_backend($1)', [pid]))
+    .catch(() => undefined)
+    .finally(() => { c.end().catch(() => undefined); });
+}

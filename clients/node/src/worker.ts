@@ -1,0 +1,877 @@
+/**
+ * SiloWorker: leases tasks of one task group and runs a handler per task.
+ *
+ * One lease loop asks silo.lease for as many tasks as there are free slots
+ * (at most batchSize), again at once while leases come back full, else when
+ * a wake-up arrives (LISTEN silo_task_ready on a connection of its own) or
+ * the poll interval has passed.  Each task runs handler(task, { signal });
+ * successes are reported in batches with silo.complete_many (every success
+ * that arrives while a batch is in flight joins the next one), failures with
+ * silo.fail, cancelled jobs with silo.ack_cancel.  Every lease is renewed
+ * every third of the lease (silo.heartbeat, one statement for all that are
+ * due); a heartbeat that says the job was cancelled aborts the task's
+ * signal.  Refresh tasks of floating concurrency limits go to
+ * refreshHandler and are answered with silo.report_refresh or
+ * silo.fail_refresh.
+ *
+ * A lost connection is replaced (with a backoff); handlers keep running and
+ * their reports are retried until their lease would have expired, since a
+ * lease belongs to the worker id, not to a connection.  stop() stops
+ * leasing, gives running handlers a grace period, then aborts their signals
+ * and hands their tasks back with silo.release.
+ */
+
+import os from 'node:os';
+import { randomUUID } from 'node:crypto';
+
+import pg from 'pg';
+
+import {
+  JobCancelledError, LeaseLostError, LeaseNotFoundError, LeaseOwnerMismatchError,
+  SiloError, WorkerStoppingError, isConnectionError, toSiloError,
+} from './errors';
+import type { Json, RefreshTask, Task } from './types';
+import { Backoff, camelRow, poolQuery, sleep } from './util';
+
+/** What a handler gets besides its task. */
+export interface TaskContext {
+  /**
+   * Aborted when the job is cancelled (reason: JobCancelledError), when the
+   * worker lost the task's lease (LeaseLostError), or when stop()'s grace
+   * period ran out (WorkerStoppingError).  Stop the work when it fires.
+   */
+  signal: AbortSignal;
+  /** This worker's id, as the leases name it. */
+  workerId: string;
+}
+
+/**
+ * Runs one job attempt.  What it returns (any JSON value) becomes the job's
+ * result, undefined none; what it throws fails the attempt (a TaskFailure
+ * chooses the error code and data), and the job retries if its policy
+ * allows.
+ */
+export type TaskHandler<P = any, R = unknown> = (task: Task<P>, ctx: TaskContext) => R | Promise<R>;
+
+/**
+ * Computes a floating concurrency limit's new max (an integer >= 1) for a
+ * refresh task; a throw keeps the old max and makes silo retry with backoff.
+ */
+export type RefreshHandler = (task: RefreshTask, ctx: TaskContext) => number | Promise<number>;
+
+/** Throw this from a handler to fail the attempt with a code and data of your choice. */
+export class TaskFailure extends Error {
+  /** silo's error_code, 1-256 characters. */
+  readonly errorCode: string;
+  /** silo's error_data (any JSON value). */
+  readonly data: Json | undefined;
+
+  constructor(errorCode: string, data?: Json, message?: string) {
+    super(message ?? errorCode);
+    this.name = 'TaskFailure';
+    this.errorCode = errorCode;
+    this.data = data;
+  }
+}
+
+/** Context passed to onError. */
+export interface WorkerErrorContext {
+  /** What the worker was doing: 'connect', 'listen', 'lease', 'heartbeat', 'complete', 'fail', ... */
+  phase: string;
+  taskId?: string;
+  jobId?: string;
+}
+
+export interface SiloWorkerOptions<P = any, R = unknown> {
+  /** A connection URL, or pg client options (host, user, ...); PG* environment variables fill in the rest. */
+  connection?: string | pg.ClientConfig;
+  /** The task group to lease from. */
+  taskGroup: string;
+  handler: TaskHandler<P, R>;
+  /** For groups whose jobs use floating concurrency limits; without it a refresh keeps the current max. */
+  refreshHandler?: RefreshHandler;
+  /** Default: `<hostname>-<pid>-<random>`. Reports must come from the same worker id and role. */
+  workerId?: string;
+  /** Lease only these tenants' tasks (silo.lease's tenants filter). */
+  tenants?: string[];
+  /** Tasks run at once, at most (default 10). */
+  concurrency?: number;
+  /** Tasks asked for per lease, at most (default: concurrency, at most 1000). */
+  batchSize?: number;
+  /** Lease length in ms, 100-3,600,000 (default 30,000). */
+  leaseMs?: number;
+  /** How often each lease is renewed (default: a third of leaseMs). */
+  heartbeatIntervalMs?: number;
+  /** Lease this often without a wake-up (default 1000 ms). */
+  pollIntervalMs?: number;
+  /** LISTEN silo_task_ready for wake-ups (default true; false: poll only, e.g. behind PgBouncer). */
+  listen?: boolean;
+  /** Report successes in batches with silo.complete_many (default true). */
+  batchCompletions?: boolean;
+  /** stop()'s default grace period in ms (default 10,000). */
+  graceMs?: number;
+  /** Connections for leases, heartbeats and reports (default 2), besides the listening one. */
+  poolSize?: number;
+  /** First and largest delay between reconnection attempts (default 100 and 5000 ms). */
+  reconnectDelayMs?: { initial?: number; max?: number };
+  /** Errors the worker recovers from, for logging (default: console.error). */
+  onError?: (error: Error, context: WorkerErrorContext) => void;
+}
+
+/** Counters since start(). */
+export interface WorkerStats {
+  leased: number;
+  succeeded: number;
+  failed: number;
+  cancelled: number;
+  released: number;
+  /** Tasks whose lease was lost, or whose report did not land. */
+  lost: number;
+  refreshed: number;
+  refreshFailed: number;
+  /** Handlers running now (or waiting for an earlier attempt of their job). */
+  running: number;
+  /** Times a connection was made again after a failure. */
+  reconnects: number;
+}
+
+type ExecState = 'queued' | 'running' | 'reporting' | 'done';
+
+interface Execution {
+  task: Task | RefreshTask;
+  controller: AbortController;
+  state: ExecState;
+  cancelled: boolean;
+  lost: boolean;
+  released: boolean;
+  /** Our estimate of when the lease ends (renewed by each heartbeat). */
+  leaseDeadline: number;
+  nextHeartbeat: number;
+}
+
+interface Completion {
+  exec: Execution;
+  result: string | null;
+}
+
+const SQL_LEASE = 'SELECT * FROM silo.lease($1::text, $2::text, $3::int, $4::int, $5::text[])';
+const SQL_HEARTBEAT_MANY = 'SELECT t::text AS task_id, silo.heartbeat(t, $1::text, $3::int) AS cancelled'
+  + ' FROM unnest($2::uuid[]) AS t';
+const SQL_HEARTBEAT = 'SELECT silo.heartbeat($1::uuid, $2::text, $3::int) AS cancelled';
+const SQL_COMPLETE_MANY = 'SELECT silo.complete_many($1::uuid[], $2::text, $3::jsonb[]) AS task_id';
+const SQL_COMPLETE = 'SELECT silo.complete($1::uuid, $2::text, $3::jsonb)';
+const SQL_FAIL = 'SELECT silo.fail($1::uuid, $2::text, $3::text, $4::jsonb)';
+const SQL_ACK_CANCEL = 'SELECT silo.ack_cancel($1::uuid, $2::text)';
+const SQL_RELEASE = 'SELECT silo.release($1::uuid, $2::text)';
+const SQL_REPORT_REFRESH = 'SELECT silo.report_refresh($1::uuid, $2::text, $3::int)';
+const SQL_FAIL_REFRESH = 'SELECT silo.fail_refresh($1::uuid, $2::text, $3::text)';
+
+const MAX_BATCH = 1000;
+
+function truncate(s: string, max: number): string {
+  const chars = Array.from(s);
+  return chars.length <= max ? s : `${chars.slice(0, max - 3).join('')}...`;
+}
+
+/** silo.fail's error_code and error_data for what a handler threw. */
+function failureOf(err: unknown): { code: string; data: string | null } {
+  if (err instanceof TaskFailure) {
+    const code = err.errorCode.length > 0 ? err.errorCode : 'ERROR';
+    return { code: truncate(code, 256), data: err.data === undefined ? null : JSON.stringify(err.data) };
+  }
+  if (err instanceof Error) {
+    const own = (err as { code?: unknown }).code;
+    const code = typeof own === 'string' && own.length > 0 ? own : err.name || 'Error';
+    return { code: truncate(code, 256), data: JSON.stringify({ name: err.name, message: err.message }) };
+  }
+  return { code: 'ERROR', data: JSON.stringify({ message: String(err) }) };
+}
+
+const RUN_ONLY = ['jobId', 'attempt', 'relativeAttempt', 'isLastAttempt', 'payload'];
+const REFRESH_ONLY = ['queueKey', 'currentMaxConcurrency', 'refreshMetadata'];
+
+/** A row of silo.lease as a Task or a RefreshTask (columns unknown to us are kept, in camelCase). */
+function toTask(row: Record<string, unknown>): Task | RefreshTask {
+  const c = camelRow(row);
+  delete c.taskId;
+  c.id = row.task_id;
+  if (row.kind === 'refresh') {
+    for (const k of RUN_ONLY) delete c[k];
+    c.metadata = row.refresh_metadata ?? {};
+    delete c.refreshMetadata;
+    return c as unknown as RefreshTask;
+  }
+  for (const k of REFRESH_ONLY) delete c[k];
+  return c as unknown as Task;
+}
+
+export class SiloWorker<P = any, R = unknown> {
+  readonly workerId: string;
+  readonly taskGroup: string;
+
+  private readonly handler: TaskHandler<P, R>;
+  private readonly refreshHandler: RefreshHandler | undefined;
+  private readonly tenants: string[] | null;
+  private readonly concurrency: number;
+  private readonly batchSize: number;
+  private readonly leaseMs: number;
+  private readonly heartbeatMs: number;
+  private readonly pollMs: number;
+  private readonly listen: boolean;
+  private batchCompletions: boolean;
+  private readonly graceMs: number;
+  private readonly reconnectInitial: number;
+  private readonly reconnectMax: number;
+  private readonly onError: (error: Error, context: WorkerErrorContext) => void;
+  private readonly config: pg.ClientConfig;
+
+  private pool: pg.Pool | null = null;
+  private listener: pg.Client | null = null;
+  private listenerBackoff: Backoff;
+  private listenerTimer: NodeJS.Timeout | null = null;
+
+  private started = false;
+  private stopping = false;
+  private closed = false;
+  private stopPromise: Promise<void> | null = null;
+  private leaseLoopDone: Promise<void> = Promise.resolve();
+  private heartbeatLoopDone: Promise<void> = Promise.resolve();
+  private heartbeatWake: (() => void) | null = null;
+
+  /** Every task from its lease until its report is settled, by task id. */
+  private readonly executions = new Map<string, Execution>();
+  /** The run of the latest attempt of each job running here, by tenant and job id. */
+  private readonly activeJobs = new Map<string, Promise<void>>();
+  private slotsUsed = 0;
+  private readonly idleWaiters: Array<() => void> = [];
+  private readonly reports = new Set<Promise<unknown>>();
+
+  private pending: Completion[] = [];
+  private flushing = false;
+  private flushScheduled = false;
+
+  private leaseWanted = true;
+  private notified = false;
+  private nextPollAt = 0;
+  private leaseNotBefore = 0;
+  private wakeLoop: (() => void) | null = null;
+
+  private readonly counters: Omit<WorkerStats, 'running'> = {
+    leased: 0, succeeded: 0, failed: 0, cancelled: 0, released: 0, lost: 0,
+    refreshed: 0, refreshFailed: 0, reconnects: 0,
+  };
+
+  constructor(options: SiloWorkerOptions<P, R>) {
+    if (!options || typeof options.handler !== 'function') throw new TypeError('handler is required');
+    if (typeof options.taskGroup !== 'string' || options.taskGroup === '') {
+      throw new TypeError('taskGroup is required');
+    }
+    const int = (name: string, v: number | undefined, dflt: number, min: number, max: number): number => {
+      const n = v ?? dflt;
+      if (!Number.isInteger(n) || n < min || n > max) {
+        throw new RangeError(`${name} must be an integer between ${min} and ${max}`);
+      }
+      return n;
+    };
+    this.taskGroup = options.taskGroup;
+    this.handler = options.handler;
+    this.refreshHandler = options.refreshHandler;
+    this.workerId = options.workerId ?? `${os.hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
+    this.tenants = options.tenants ? [...options.tenants] : null;
+    this.concurrency = int('concurrency', options.concurrency, 10, 1, 100_000);
+    this.batchSize = int('batchSize', options.batchSize, Math.min(this.concurrency, MAX_BATCH), 1, MAX_BATCH);
+    this.leaseMs = int('leaseMs', options.leaseMs, 30_000, 100, 3_600_000);
+    this.heartbeatMs = int('heartbeatIntervalMs', options.heartbeatIntervalMs,
+      Math.max(1, Math.floor(this.leaseMs / 3)), 1, 3_600_000);
+    this.pollMs = int('pollIntervalMs', options.pollIntervalMs, 1000, 1, 3_600_000);
+    this.listen = options.listen ?? true;
+    this.batchCompletions = options.batchCompletions ?? true;
+    this.graceMs = int('graceMs', options.graceMs, 10_000, 0, 2_147_483_647);
+    this.reconnectInitial = int('reconnectDelayMs.initial', options.reconnectDelayMs?.initial, 100, 1, 600_000);
+    this.reconnectMax = int('reconnectDelayMs.max', options.reconnectDelayMs?.max, 5000, this.reconnectInitial, 600_000);
+    this.listenerBackoff = new Backoff(this.reconnectInitial, this.reconnectMax);
+    this.onError = options.onError ?? ((error, ctx) => {
+      console.error(`silo worker ${this.workerId}: ${ctx.phase}${ctx.taskId ? ` (task ${ctx.taskId})` : ''}:`, error.message);
+    });
+    const poolSize = int('poolSize', options.poolSize, 2, 1, 100);
+    const conn = options.connection;
+    this.config = {
+      application_name: 'silo-node-worker',
+      ...(typeof conn === 'string' ? { connectionString: conn } : conn ?? {}),
+    };
+    this.poolConfig = { ...this.config, max: poolSize, idleTimeoutMillis: 60_000 };
+  }
+
+  private readonly poolConfig: pg.PoolConfig;
+
+  /** Counters since start(), and the handlers running now. */
+  get stats(): WorkerStats {
+    return { ...this.counters, running: this.slotsUsed };
+  }
+
+  /** Whether start() has run and stop() has not begun. */
+  get isRunning(): boolean {
+    return this.started && !this.stopping;
+  }
+
+  /**
+   * Connect (and LISTEN), then lease in the background.  Rejects when the
+   * first connection fails (ConnectionError); later failures are retried.
+   * A worker starts once: after stop(), make a new one.
+   */
+  async start(): Promise<void> {
+    if (this.stopping) throw new SiloError('a stopped worker cannot start again: make a new one');
+    if (this.started) return;
+    this.started = true;
+    const pool = new pg.Pool(this.poolConfig);
+    pool.on('error', () => undefined); /* an idle connection died: the pool drops it */
+    this.pool = pool;
+    try {
+      if (this.listen) {
+        await this.connectListener();
+      } else {
+        await poolQuery(pool, { text: 'SELECT 1' });
+      }
+    } catch (err) {
+      this.closed = true;
+      this.stopping = true;
+      await pool.end().catch(() => undefined);
+      throw toSiloError(err);
+    }
+    this.leaseLoopDone = this.leaseLoop();
+    this.heartbeatLoopDone = this.heartbeatLoop();
+  }
+
+  /**
+   * Stop: lease no more, let running handlers finish for graceMs (default:
+   * the graceMs option), then abort their signals (WorkerStoppingError) and
+   * hand their tasks back with silo.release (a refresh task is failed with
+   * "worker shutting down"); report what has finished and close the
+   * connections.  Calling it again returns the same promise.
+   */
+  stop(options: { graceMs?: number } = {}): Promise<void> {
+    if (!this.stopPromise) this.stopPromise = this.shutdown(options.graceMs ?? this.graceMs);
+    return this.stopPromise;
+  }
+
+  // ---------------------------------------------------------------------
+  // connections
+
+  private async q<T extends Record<string, unknown> = Record<string, unknown>>(
+    text: string, values: unknown[], name?: string,
+  ): Promise<T[]> {
+    if (!this.pool || this.closed) throw new SiloError('the worker is stopped');
+    const res = await poolQuery<T>(this.pool, { text, values, name });
+    return res.rows;
+  }
+
+  private report(error: unknown, context: WorkerErrorContext): void {
+    try {
+      this.onError(toSiloError(error), context);
+    } catch {
+      /* a throwing onError must not stop the worker */
+    }
+  }
+
+  private async connectListener(): Promise<void> {
+    const client = new pg.Client(this.config);
+    const lost = (err?: Error): void => {
+      if (this.listener !== client) return;
+      this.listener = null;
+      client.removeAllListeners('notification');
+      client.end().catch(() => undefined);
+      if (this.closed) return;
+      if (err) this.report(err, { phase: 'listen' });
+      this.scheduleListenerReconnect();
+    };
+    client.on('error', (err) => lost(err));
+    client.on('end', () => lost(new SiloError('the listening connection ended')));
+    client.on('notification', (msg) => {
+      if (msg.channel !== 'silo_task_ready') return;
+      if (!msg.payload || msg.payload === this.taskGroup) {
+        this.notified = true;
+        this.wake();
+      }
+    });
+    try {
+      await client.connect();
+      await client.query('LISTEN silo_task_ready');
+    } catch (err) {
+      client.removeAllListeners();
+      client.on('error', () => undefined);
+      client.end().catch(() => undefined);
+      throw err;
+    }
+    this.listener = client;
+  }
+
+  private scheduleListenerReconnect(): void {
+    if (this.closed || this.listenerTimer) return;
+    const delay = this.listenerBackoff.next();
+    this.listenerTimer = setTimeout(() => {
+      this.listenerTimer = null;
+      if (this.closed) return;
+      this.connectListener().then(() => {
+        this.listenerBackoff.reset();
+        this.counters.reconnects++;
+        /* wake-ups sent while we were away are lost: look now */
+        this.notified = true;
+        this.wake();
+        if (this.closed) this.closeListener();
+      }, (err) => {
+        this.report(err, { phase: 'listen' });
+        this.scheduleListenerReconnect();
+      });
+    }, delay);
+  }
+
+  private closeListener(): void {
+    if (this.listenerTimer) {
+      clearTimeout(this.listenerTimer);
+      this.listenerTimer = null;
+    }
+    const l = this.listener;
+    this.listener = null;
+    if (l) {
+      l.removeAllListeners('notification');
+      l.removeAllListeners('end');
+      l.on('error', () => undefined);
+      l.end().catch(() => undefined);
+    }
+  }
+
+  // ---------------------------------------------------------------------
+  // leasing
+
+  private wake(): void {
+    const w = this.wakeLoop;
+    this.wakeLoop = null;
+    if (w) w();
+  }
+
+  private waitForWake(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        if (this.wakeLoop === done) this.wakeLoop = null;
+        resolve();
+      };
+      const timer = setTimeout(done, Math.max(0, ms));
+      this.wakeLoop = done;
+    });
+  }
+
+  private async leaseLoop(): Promise<void> {
+    const backoff = new Backoff(this.reconnectInitial, this.reconnectMax);
+    let failing = false;
+    while (!this.stopping) {
+      const now = Date.now();
+      const free = this.concurrency - this.slotsUsed;
+      if (free <= 0 || this.pending.length >= Math.max(this.concurrency, this.batchSize)) {
+        await this.waitForWake(this.pollMs);
+        continue;
+      }
+      if (now < this.leaseNotBefore) {
+        await this.waitForWake(this.leaseNotBefore - now);
+        continue;
+      }
+      if (!(this.leaseWanted || this.notified || now >= this.nextPollAt)) {
+        await this.waitForWake(this.nextPollAt - now);
+        continue;
+      }
+      this.notified = false;
+      const want = Math.min(this.batchSize, free);
+      let rows: Record<string, unknown>[];
+      try {
+        rows = await this.q(SQL_LEASE, [this.workerId, this.taskGroup, want, this.leaseMs, this.tenants], 'silo_lease');
+        if (failing) {
+          failing = false;
+          this.counters.reconnects++;
+        }
+        backoff.reset();
+      } catch (err) {
+        if (this.stopping) break;
+        failing = failing || isConnectionError(err);
+        this.report(err, { phase: 'lease' });
+        this.leaseWanted = false;
+        this.leaseNotBefore = Date.now() + backoff.next();
+        continue;
+      }
+      const leasedAt = now;
+      for (const row of rows) this.startTask(row, leasedAt);
+      this.leaseWanted = rows.length >= want;
+      if (!this.leaseWanted) this.nextPollAt = Date.now() + this.pollMs;
+    }
+  }
+
+  private startTask(row: Record<string, unknown>, leasedAt: number): void {
+    const task = toTask(row);
+    if (this.executions.has(task.id)) {
+      /* never run one task twice */
+      this.report(new SiloError(`task ${task.id} was leased again while this worker holds it`),
+        { phase: 'lease', taskId: task.id });
+      return;
+    }
+    const exec: Execution = {
+      task,
+      controller: new AbortController(),
+      state: 'queued',
+      cancelled: false,
+      lost: false,
+      released: false,
+      leaseDeadline: leasedAt + this.leaseMs,
+      nextHeartbeat: leasedAt + this.heartbeatMs,
+    };
+    this.executions.set(task.id, exec);
+    this.slotsUsed++;
+    this.counters.leased++;
+    if (task.kind !== 'run') {
+      void this.execute(exec);
+      return;
+    }
+    /*
+     * An earlier attempt of the same job may still run here (its lease was
+     * lost, swept, and the retry came back to us): the new attempt waits
+     * until that handler has returned, so a job never runs twice at once.
+     */
+    const key = `${task.tenant}\u0000${task.jobId}`;
+    const prev = this.activeJobs.get(key);
+    const run = prev ? prev.then(() => this.execute(exec)) : this.execute(exec);
+    this.activeJobs.set(key, run);
+    void run.then(() => {
+      if (this.activeJobs.get(key) === run) this.activeJobs.delete(key);
+    });
+  }
+
+  private freeSlot(): void {
+    this.slotsUsed--;
+    if (this.slotsUsed === 0) {
+      for (const w of this.idleWaiters.splice(0)) w();
+    }
+    this.wake();
+  }
+
+  /** Run one task's handler and report its outcome; never rejects. */
+  private async execute(exec: Execution): Promise<void> {
+    if (exec.lost || exec.released) {
+      /* lost, or handed back by stop() (whose release settles it), before it ran */
+      this.freeSlot();
+      if (exec.lost) this.done(exec, 'lost');
+      return;
+    }
+    const task = exec.task;
+    if (task.kind === 'run' && exec.cancelled) {
+      /* cancelled while it waited for an earlier attempt: do not start it */
+      this.freeSlot();
+      this.track(this.call(exec, 'ack_cancel', SQL_ACK_CANCEL, [task.id, this.workerId], 'cancelled'));
+      return;
+    }
+    exec.state = 'running';
+    const ctx: TaskContext = { signal: exec.controller.signal, workerId: this.workerId };
+    let ok = true;
+    let value: unknown;
+    try {
+      if (task.kind === 'run') {
+        value = await this.handler(task as Task<P>, ctx);
+      } else {
+        value = this.refreshHandler ? await this.refreshHandler(task, ctx) : task.currentMaxConcurrency;
+      }
+    } catch (err) {
+      ok = false;
+      value = err;
+    }
+    this.freeSlot();
+    if (exec.released) return; /* stop() handed the task back: its release settles it */
+    if (exec.lost || this.closed) {
+      this.done(exec, 'lost');
+      return;
+    }
+    if (task.kind === 'refresh') {
+      this.finishRefresh(exec, ok, value);
+      return;
+    }
+    if (exec.cancelled) {
+      this.track(this.call(exec, 'ack_cancel', SQL_ACK_CANCEL, [task.id, this.workerId], 'cancelled'));
+      return;
+    }
+    if (ok) {
+      let result: string | null;
+      try {
+        result = value === undefined ? null : JSON.stringify(value) ?? null;
+      } catch (err) {
+        const data = JSON.stringify({ message: `the handler's result is not JSON: ${(err as Error).message}` });
+        this.track(this.call(exec, 'fail', SQL_FAIL, [task.id, this.workerId, 'RESULT_NOT_JSON', data], 'failed'));
+        return;
+      }
+      this.queueCompletion(exec, result);
+      return;
+    }
+    const f = failureOf(value);
+    this.track(this.call(exec, 'fail', SQL_FAIL, [task.id, this.workerId, f.code, f.data], 'failed'));
+  }
+
+  private finishRefresh(exec: Execution, ok: boolean, value: unknown): void {
+    const id = exec.task.id;
+    if (ok && Number.isInteger(value) && (value as number) >= 1 && (value as number) <= 2_147_483_647) {
+      this.track(this.call(exec, 'report_refresh', SQL_REPORT_REFRESH, [id, this.workerId, value], 'refreshed'));
+      return;
+    }
+    const msg = ok
+      ? `refresh handler returned ${JSON.stringify(value) ?? String(value)}, not an integer between 1 and 2147483647`
+      : (value instanceof Error ? value.message : String(value)) || 'refresh handler failed';
+    this.track(this.call(exec, 'fail_refresh', SQL_FAIL_REFRESH, [id, this.workerId, truncate(msg, 1024)], 'refreshFailed'));
+  }
+
+  private track(p: Promise<unknown>): void {
+    this.reports.add(p);
+    void p.finally(() => this.reports.delete(p));
+  }
+
+  /** The task is settled: forget it, counting it under counter. */
+  private done(exec: Execution, counter: keyof WorkerStats | null): void {
+    if (exec.state === 'done') return;
+    exec.state = 'done';
+    this.executions.delete(exec.task.id);
+    if (counter && counter !== 'running') this.counters[counter]++;
+  }
+
+  /**
+   * One report (fail, ack_cancel, release, report_refresh, ...), retried
+   * after a connection failure as long as the lease can still be alive.
+   */
+  private async call(exec: Execution, what: string, text: string, values: unknown[],
+    counter: keyof WorkerStats): Promise<void> {
+    exec.state = 'reporting';
+    const backoff = new Backoff(this.reconnectInitial, this.reconnectMax);
+    for (;;) {
+      try {
+        await this.q(text, values, `silo_${what}`);
+        this.done(exec, counter);
+        return;
+      } catch (err) {
+        const e = toSiloError(err);
+        if (e instanceof LeaseNotFoundError || e instanceof LeaseOwnerMismatchError) {
+          this.done(exec, 'lost');
+          return;
+        }
+        const retry = (e as SiloError).retryable && !this.closed && Date.now() < exec.leaseDeadline;
+        if (!retry) {
+          this.report(e, { phase: what, taskId: exec.task.id, jobId: this.jobIdOf(exec) });
+          this.done(exec, 'lost');
+          return;
+        }
+        await sleep(Math.min(backoff.next(), Math.max(1, exec.leaseDeadline - Date.now())));
+      }
+    }
+  }
+
+  private jobIdOf(exec: Execution): string | undefined {
+    return exec.task.kind === 'run' ? exec.task.jobId : undefined;
+  }
+
+  // ---------------------------------------------------------------------
+  // completions
+
+  private queueCompletion(exec: Execution, result: string | null): void {
+    exec.state = 'reporting';
+    if (!this.batchCompletions) {
+      this.track(this.call(exec, 'complete', SQL_COMPLETE, [exec.task.id, this.workerId, result], 'succeeded'));
+      return;
+    }
+    this.pending.push({ exec, result });
+    if (!this.flushScheduled && !this.flushing) {
+      this.flushScheduled = true;
+      /* after the other handlers settled in this turn of the event loop */
+      setImmediate(() => this.track(this.flush()));
+    }
+  }
+
+  private async flush(): Promise<void> {
+    this.flushScheduled = false;
+    if (this.flushing) return;
+    this.flushing = true;
+    try {
+      while (this.pending.length > 0) {
+        const batch = this.pending.splice(0, MAX_BATCH);
+        /* the backlog is in flight now: leasing may go on meanwhile */
+        this.wake();
+        await this.completeBatch(batch);
+      }
+    } finally {
+      this.flushing = false;
+    }
+  }
+
+  private async completeBatch(batch: Completion[]): Promise<void> {
+    const backoff = new Backoff(this.reconnectInitial, this.reconnectMax);
+    for (;;) {
+      if (!this.batchCompletions) {
+        for (const c of batch) {
+          this.track(this.call(c.exec, 'complete', SQL_COMPLETE, [c.exec.task.id, this.workerId, c.result], 'succeeded'));
+        }
+        return;
+      }
+      const ids = batch.map((c) => c.exec.task.id);
+      const results = batch.some((c) => c.result !== null) ? batch.map((c) => c.result) : null;
+      try {
+        const rows = await this.q<{ task_id: string }>(SQL_COMPLETE_MANY, [ids, this.workerId, results],
+          'silo_complete_many');
+        const completed = new Set(rows.map((r) => r.task_id));
+        for (const c of batch) this.done(c.exec, completed.has(c.exec.task.id) ? 'succeeded' : 'lost');
+        return;
+      } catch (err) {
+        const e = toSiloError(err);
+        if ((e as SiloError).code === '42883') {
+          /* a silo older than 1.2: no complete_many */
+          this.batchCompletions = false;
+          continue;
+        }
+        const deadline = Math.min(...batch.map((c) => c.exec.leaseDeadline));
+        if ((e as SiloError).retryable && !this.closed && Date.now() < deadline) {
+          await sleep(Math.min(backoff.next(), Math.max(1, deadline - Date.now())));
+          continue;
+        }
+        /* anything else: report one by one, so each task gets its own answer */
+        this.report(e, { phase: 'complete' });
+        for (const c of batch) {
+          this.track(this.call(c.exec, 'complete', SQL_COMPLETE, [c.exec.task.id, this.workerId, c.result], 'succeeded'));
+        }
+        return;
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------------
+  // heartbeats
+
+  private async heartbeatLoop(): Promise<void> {
+    const tick = Math.max(10, Math.min(1000, Math.floor(this.heartbeatMs / 4)));
+    while (!this.closed) {
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(done, tick);
+        function done(): void {
+          clearTimeout(t);
+          resolve();
+        }
+        this.heartbeatWake = done;
+      });
+      this.heartbeatWake = null;
+      if (this.closed) break;
+      const now = Date.now();
+      const slack = Math.floor(this.heartbeatMs / 4);
+      const due: Execution[] = [];
+      for (const e of this.executions.values()) {
+        if (e.state !== 'done' && !e.lost && !e.released && e.nextHeartbeat <= now + slack) due.push(e);
+      }
+      if (due.length === 0) continue;
+      for (const e of due) e.nextHeartbeat = now + this.heartbeatMs;
+      try {
+        await this.heartbeat(due, now);
+      } catch (err) {
+        this.report(err, { phase: 'heartbeat' });
+      }
+    }
+  }
+
+  private async heartbeat(due: Execution[], sentAt: number): Promise<void> {
+    try {
+      const rows = await this.q<{ task_id: string; cancelled: boolean }>(SQL_HEARTBEAT_MANY,
+        [this.workerId, due.map((e) => e.task.id), this.leaseMs], 'silo_heartbeat_many');
+      const byId = new Map(rows.map((r) => [r.task_id, r.cancelled]));
+      for (const e of due) {
+        e.leaseDeadline = sentAt + this.leaseMs;
+        if (byId.get(e.task.id) === true) this.cancelled(e);
+      }
+      return;
+    } catch (err) {
+      if (isConnectionError(err)) {
+        /* try again soon, on a new connection */
+        for (const e of due) e.nextHeartbeat = Date.now() + Math.min(this.heartbeatMs, 500);
+        throw err;
+      }
+      /* one of them failed (a lost lease, most likely): find out which */
+    }
+    for (const e of due) {
+      if (e.state === 'done') continue;
+      try {
+        const rows = await this.q<{ cancelled: boolean }>(SQL_HEARTBEAT, [e.task.id, this.workerId, this.leaseMs],
+          'silo_heartbeat');
+        e.leaseDeadline = sentAt + this.leaseMs;
+        if (rows[0]?.cancelled === true) this.cancelled(e);
+      } catch (err) {
+        const x = toSiloError(err);
+        if (x instanceof LeaseNotFoundError || x instanceof LeaseOwnerMismatchError) {
+          this.leaseLost(e, x);
+        } else {
+          if (isConnectionError(x)) e.nextHeartbeat = Date.now() + Math.min(this.heartbeatMs, 500);
+          this.report(x, { phase: 'heartbeat', taskId: e.task.id, jobId: this.jobIdOf(e) });
+        }
+      }
+    }
+  }
+
+  private cancelled(e: Execution): void {
+    if (e.cancelled || e.task.kind !== 'run') return;
+    e.cancelled = true;
+    if (e.state === 'queued' || e.state === 'running') {
+      e.controller.abort(new JobCancelledError(`job ${e.task.jobId} was cancelled`));
+    }
+  }
+
+  private leaseLost(e: Execution, cause: Error): void {
+    /* a report in flight decides for itself (it may have just landed) */
+    if (e.state !== 'queued' && e.state !== 'running') return;
+    e.lost = true;
+    e.controller.abort(new LeaseLostError(`the lease of task ${e.task.id} was lost`, { cause }));
+  }
+
+  // ---------------------------------------------------------------------
+  // stopping
+
+  private handlersSettled(): Promise<void> {
+    if (this.slotsUsed === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  private async shutdown(graceMs: number): Promise<void> {
+    if (!this.started || this.closed) {
+      this.stopping = true;
+      return;
+    }
+    this.stopping = true;
+    this.wake();
+    await this.leaseLoopDone;
+    let timer: NodeJS.Timeout | undefined;
+    const graceOver = new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(true), graceMs);
+    });
+    const timedOut = await Promise.race([this.handlersSettled().then(() => false), graceOver]);
+    clearTimeout(timer);
+    if (timedOut) {
+      for (const e of [...this.executions.values()]) {
+        if (e.state !== 'queued' && e.state !== 'running') continue;
+        e.released = true;
+        e.controller.abort(new WorkerStoppingError('the worker is stopping'));
+        if (e.task.kind === 'run') {
+          this.track(this.call(e, 'release', SQL_RELEASE, [e.task.id, this.workerId], 'released'));
+        } else {
+          this.track(this.call(e, 'fail_refresh', SQL_FAIL_REFRESH, [e.task.id, this.workerId, 'worker shutting down'],
+            'refreshFailed'));
+        }
+      }
+    }
+    /* let every report land: completions first, then the rest */
+    while (this.pending.length > 0 || this.flushing || this.flushScheduled || this.reports.size > 0) {
+      if (this.pending.length > 0 && !this.flushing && !this.flushScheduled) this.track(this.flush());
+      await Promise.allSettled([...this.reports]);
+      await new Promise((r) => setImmediate(r));
+    }
+    this.closed = true;
+    this.heartbeatWake?.();
+    await this.heartbeatLoopDone;
+    this.closeListener();
+    const pool = this.pool;
+    this.pool = null;
+    if (pool) await pool.end().catch(() => undefined);
+  }
+}

@@ -1,0 +1,423 @@
+// SiloClient against a real silo: every call, its options, and the typed
+// errors of each SQLSTATE family.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+
+import {
+  AlreadyCancelledError, AlreadyTerminalError, ConflictError, ConnectionError, DuplicateJobError,
+  InconsistencyError, InvalidArgumentError, LeaseNotFoundError, LeaseOwnerMismatchError,
+  NotExpeditableError, NotFoundError, NotOwnerError, NotRestartableError, NotTerminalError,
+  PermissionDeniedError, PrerequisiteError, ShardUnavailableError, SiloClient, SiloError,
+  TransactionStateError, WaitTimeoutError, WrongTaskKindError, toSiloError,
+} from '../dist/index.js';
+import { URL, admin, jobStatus, sql, unique, urlAs, value } from './helpers.mjs';
+
+let client;
+
+before(() => {
+  client = new SiloClient({ connectionString: URL, max: 6 });
+});
+
+after(async () => {
+  await client.close();
+  await admin.end();
+});
+
+/** Lease the job's task as worker w (from SQL) and return the task id. */
+async function leaseOne(group, worker = 'w') {
+  return value('SELECT task_id FROM silo.lease($1, $2, 1, 60000)', [worker, group]);
+}
+
+describe('enqueue', () => {
+  test('returns the id and stores every option', async () => {
+    const group = unique('enq');
+    const startAt = new Date(Date.now() + 3_600_000);
+    const id = await client.enqueue(group, { to: 'ada@example.com' }, {
+      id: unique('job'),
+      tenant: 'acme',
+      priority: 7,
+      startAt,
+      retryPolicy: { retryCount: 3, initialIntervalMs: 2000 },
+      limits: [{ type: 'concurrency', key: 'user:1', maxConcurrency: 2 }],
+      metadata: { customer: 'globex' },
+    });
+    const job = await client.getJob(id, { tenant: 'acme' });
+    assert.equal(job.id, id);
+    assert.equal(job.tenant, 'acme');
+    assert.equal(job.taskGroup, group);
+    assert.equal(job.status, 'Scheduled');
+    assert.equal(job.priority, 7);
+    assert.deepEqual(job.payload, { to: 'ada@example.com' });
+    assert.deepEqual(job.metadata, { customer: 'globex' });
+    assert.equal(job.nextAttemptAt.getTime(), startAt.getTime());
+    assert.ok(job.enqueuedAt instanceof Date);
+    const info = await sql('SELECT retry_count, retry_initial_ms, limits FROM silo.job_info'
+      + ' WHERE tenant = $1 AND id = $2', ['acme', id]);
+    assert.equal(info[0].retry_count, 3);
+    assert.equal(Number(info[0].retry_initial_ms), 2000);
+    assert.equal(info[0].limits[0].key, 'user:1');
+  });
+
+  test('defaults: tenant "-", payload {}, a generated id, due now', async () => {
+    const group = unique('enq');
+    const id = await client.enqueue(group);
+    assert.match(id, /^[0-9a-f-]{36}$/);
+    const job = await client.getJob(id);
+    assert.equal(job.tenant, '-');
+    assert.deepEqual(job.payload, {});
+    assert.equal(job.status, 'Waiting');
+    assert.equal(job.priority, 50);
+  });
+
+  test('payloads are any JSON value, strings and null included', async () => {
+    const group = unique('enq');
+    for (const payload of ['text', 42, null, [1, { a: 'b' }], { nested: { deep: [true] } }]) {
+      const id = await client.enqueue(group, payload);
+      assert.deepEqual((await client.getJob(id)).payload, payload);
+    }
+  });
+
+  test('onConflict: error raises DuplicateJobError, ignore returns the id', async () => {
+    const group = unique('enq');
+    const id = unique('dup');
+    await client.enqueue(group, {}, { id });
+    await assert.rejects(client.enqueue(group, {}, { id }), (e) => {
+      assert.ok(e instanceof DuplicateJobError);
+      assert.ok(e instanceof SiloError);
+      assert.equal(e.code, '23505');
+      assert.match(e.hint, /on_conflict/);
+      return true;
+    });
+    assert.equal(await client.enqueue(group, { other: 1 }, { id, onConflict: 'ignore' }), id);
+  });
+
+  test('bad arguments raise InvalidArgumentError (22023) naming the argument', async () => {
+    const group = unique('enq');
+    await assert.rejects(client.enqueue(group, {}, { priority: 100 }),
+      (e) => e instanceof InvalidArgumentError && e.code === '22023' && /priority/.test(e.message));
+    await assert.rejects(client.enqueue(group, {}, { retryPolicy: { retryCount: -1 } }),
+      (e) => e instanceof InvalidArgumentError && /retryCount/.test(e.message));
+    await assert.rejects(client.enqueue(group, {}, { limits: [{ type: 'concurrency', key: 'k' }] }),
+      (e) => e instanceof InvalidArgumentError && /limits\[0\]/.test(e.message));
+    await assert.rejects(client.enqueue(group, {}, { tenant: '*' }),
+      (e) => e instanceof InvalidArgumentError && /reserved/.test(e.message));
+    await assert.rejects(client.enqueue('', {}), (e) => e instanceof InvalidArgumentError);
+    await assert.rejects(client.enqueue(group, {}, { startAt: new Date(NaN) }), InvalidArgumentError);
+  });
+
+  test('a null required argument raises InvalidArgumentError (22004)', async () => {
+    await assert.rejects(client.enqueue(null, {}), (e) => e instanceof InvalidArgumentError && e.code === '22004');
+  });
+});
+
+describe('enqueueMany', () => {
+  test('one round trip, ids in input order, options per job', async () => {
+    const group = unique('many');
+    const calls = [];
+    const pool = new pg.Pool({ connectionString: URL, max: 1 });
+    const counting = { query: (cfg) => { calls.push(cfg.text); return pool.query(cfg); } };
+    const c = new SiloClient({ db: counting });
+    const startAt = new Date(Date.now() + 3_600_000);
+    const ids = await c.enqueueMany([
+      { taskGroup: group, payload: { n: 1 }, id: unique('m1') },
+      { taskGroup: group, payload: { n: 2 }, priority: 0, tenant: 'acme' },
+      { taskGroup: group, startAt, metadata: { k: 'v' }, retryPolicy: { retryCount: 1 } },
+    ]);
+    assert.equal(calls.length, 1);
+    assert.equal(ids.length, 3);
+    assert.match(ids[0], /^m1-/);
+    assert.deepEqual((await client.getJob(ids[0])).payload, { n: 1 });
+    const second = await client.getJob(ids[1], { tenant: 'acme' });
+    assert.equal(second.priority, 0);
+    const third = await client.getJob(ids[2]);
+    assert.equal(third.status, 'Scheduled');
+    assert.equal(third.nextAttemptAt.getTime(), startAt.getTime());
+    assert.deepEqual(third.payload, {});
+    assert.deepEqual(await c.enqueueMany([]), []);
+    assert.equal(calls.length, 1);
+    await pool.end();
+  });
+
+  test('all or nothing: an invalid element writes no job and says which', async () => {
+    const group = unique('many');
+    const id = unique('ok');
+    await assert.rejects(client.enqueueMany([
+      { taskGroup: group, id },
+      { taskGroup: group, priority: 500 },
+    ]), (e) => e instanceof InvalidArgumentError && /job 1 of the jobs array/.test(e.where ?? ''));
+    assert.equal(await client.getJob(id), null);
+  });
+});
+
+describe('job operations', () => {
+  test('getJob returns null for a missing job', async () => {
+    assert.equal(await client.getJob(unique('missing')), null);
+  });
+
+  test('cancel: pending job ends Cancelled; errors SL005, SL006, SL003', async () => {
+    const group = unique('ops');
+    const id = await client.enqueue(group, {}, { startAt: new Date(Date.now() + 3_600_000) });
+    await client.cancel(id);
+    assert.equal(await jobStatus(id), 'Cancelled');
+    await assert.rejects(client.cancel(id), (e) => e instanceof AlreadyCancelledError && e.code === 'SL005');
+    const done = await client.enqueue(group);
+    const task = await leaseOne(group);
+    await sql("SELECT silo.complete($1, 'w')", [task]);
+    await assert.rejects(client.cancel(done), (e) => e instanceof AlreadyTerminalError && e.code === 'SL006');
+    await assert.rejects(client.cancel(unique('missing')), (e) => e instanceof NotFoundError && e.code === 'SL003');
+  });
+
+  test('restart and expedite, and their refusals (SL007, SL008)', async () => {
+    const group = unique('ops');
+    const id = await client.enqueue(group, {}, { startAt: new Date(Date.now() + 3_600_000) });
+    await assert.rejects(client.restart(id), (e) => e instanceof NotRestartableError && e.code === 'SL007');
+    await client.expedite(id);
+    assert.equal(await jobStatus(id), 'Waiting');
+    await assert.rejects(client.expedite(id), (e) => e instanceof NotExpeditableError && e.code === 'SL008');
+    await client.cancel(id);
+    await client.restart(id);
+    assert.equal(await jobStatus(id), 'Waiting');
+  });
+
+  test('deleteJob: true, then false; NotTerminalError while pending', async () => {
+    const group = unique('ops');
+    const id = await client.enqueue(group);
+    await assert.rejects(client.deleteJob(id), (e) => e instanceof NotTerminalError && e.code === 'SL004');
+    await client.cancel(id);
+    assert.equal(await client.deleteJob(id), true);
+    assert.equal(await client.deleteJob(id), false);
+    assert.equal(await client.getJob(id), null);
+  });
+
+  test('getJobResult: Succeeded with result, Failed with error; NotTerminal, NotFound', async () => {
+    const group = unique('res');
+    const ok = await client.enqueue(group, {}, { priority: 0 });
+    const bad = await client.enqueue(group);
+    await assert.rejects(client.getJobResult(ok), (e) => e instanceof NotTerminalError);
+    const t1 = await leaseOne(group);
+    await sql(`SELECT silo.complete($1, 'w', '{"sent": true}')`, [t1]);
+    const t2 = await leaseOne(group);
+    await sql(`SELECT silo.fail($1, 'w', 'SMTP_DOWN', '{"host": "mx1"}')`, [t2]);
+    const r1 = await client.getJobResult(ok);
+    assert.equal(r1.status, 'Succeeded');
+    assert.deepEqual(r1.result, { sent: true });
+    assert.equal(r1.errorCode, null);
+    assert.ok(r1.finishedAt instanceof Date);
+    const r2 = await client.getJobResult(bad);
+    assert.equal(r2.status, 'Failed');
+    assert.equal(r2.errorCode, 'SMTP_DOWN');
+    assert.deepEqual(r2.errorData, { host: 'mx1' });
+    await assert.rejects(client.getJobResult(unique('missing')), NotFoundError);
+  });
+
+  test('withConnection: an enqueue inside your transaction rolls back with it', async () => {
+    const group = unique('tx');
+    const conn = await admin.connect();
+    try {
+      await conn.query('BEGIN');
+      const id = await client.withConnection(conn).enqueue(group, { in: 'tx' });
+      assert.equal((await client.withConnection(conn).getJob(id)).status, 'Waiting');
+      await conn.query('ROLLBACK');
+      assert.equal(await client.getJob(id), null);
+      await conn.query('BEGIN');
+      const kept = await client.withConnection(conn).enqueue(group, { in: 'tx' });
+      await conn.query('COMMIT');
+      assert.equal(await jobStatus(kept), 'Waiting');
+    } finally {
+      conn.release();
+    }
+  });
+});
+
+describe('awaitResult', () => {
+  test('silo.wait_result is installed and used', async () => {
+    assert.equal(await client.hasWaitResult(), true);
+  });
+
+  test('waits in the server until another session ends the job', async () => {
+    const group = unique('await');
+    const id = await client.enqueue(group);
+    const started = Date.now();
+    const waiting = client.awaitResult(id, { timeoutMs: 10_000 });
+    setTimeout(async () => {
+      const t = await leaseOne(group);
+      await sql(`SELECT silo.complete($1, 'w', '"done"')`, [t]);
+    }, 300);
+    const r = await waiting;
+    assert.equal(r.status, 'Succeeded');
+    assert.equal(r.result, 'done');
+    const took = Date.now() - started;
+    assert.ok(took >= 250 && took < 5000, `took ${took} ms`);
+  });
+
+  test('an ended job returns at once; a missing one raises NotFoundError', async () => {
+    const group = unique('await');
+    const id = await client.enqueue(group);
+    await client.cancel(id);
+    const r = await client.awaitResult(id);
+    assert.equal(r.status, 'Cancelled');
+    await assert.rejects(client.awaitResult(unique('missing')), NotFoundError);
+  });
+
+  test('timeout: WaitTimeoutError (SL011), the job untouched', async () => {
+    const group = unique('await');
+    const id = await client.enqueue(group);
+    const started = Date.now();
+    await assert.rejects(client.awaitResult(id, { timeoutMs: 200 }),
+      (e) => e instanceof WaitTimeoutError && e.code === 'SL011');
+    assert.ok(Date.now() - started < 3000);
+    assert.equal(await jobStatus(id), 'Waiting');
+  });
+
+  test('an AbortSignal ends the wait with its reason, and the server stops waiting', async () => {
+    const group = unique('await');
+    const id = await client.enqueue(group);
+    const ac = new AbortController();
+    const reason = new Error('stop waiting');
+    setTimeout(() => ac.abort(reason), 200);
+    const started = Date.now();
+    await assert.rejects(client.awaitResult(id, { timeoutMs: 20_000, signal: ac.signal }), (e) => e === reason);
+    assert.ok(Date.now() - started < 5000);
+    const waiting = await value(
+      "SELECT count(*)::int FROM pg_stat_activity WHERE query LIKE 'CALL silo.wait_result%' AND state = 'active'");
+    assert.equal(waiting, 0);
+  });
+
+  test('inside a transaction block: TransactionStateError (25001)', async () => {
+    const conn = await admin.connect();
+    try {
+      await conn.query('BEGIN');
+      await assert.rejects(client.withConnection(conn).awaitResult(unique('x'), { timeoutMs: 100 }),
+        (e) => e instanceof TransactionStateError && e.code === '25001');
+      await conn.query('ROLLBACK');
+    } finally {
+      conn.release();
+    }
+  });
+
+  test('without silo.wait_result it polls job_result', async () => {
+    const group = unique('poll');
+    const c = new SiloClient(URL);
+    c.hasWaitResult = async () => false;
+    try {
+      const id = await c.enqueue(group);
+      setTimeout(async () => {
+        const t = await leaseOne(group);
+        await sql(`SELECT silo.fail($1, 'w', 'E1')`, [t]);
+      }, 200);
+      const r = await c.awaitResult(id, { timeoutMs: 5000, maxPollIntervalMs: 100 });
+      assert.equal(r.status, 'Failed');
+      assert.equal(r.errorCode, 'E1');
+      const pending = await c.enqueue(group, {}, { startAt: new Date(Date.now() + 3_600_000) });
+      await assert.rejects(c.awaitResult(pending, { timeoutMs: 150 }), WaitTimeoutError);
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+describe('permissions and tenants', () => {
+  const role = `node_acme_${process.pid}`;
+
+  before(async () => {
+    await sql(`CREATE ROLE ${role} LOGIN IN ROLE silo_producer`);
+    await sql('SELECT silo.grant_tenant($1, $2)', [role, 'acme']);
+  });
+
+  after(async () => {
+    await sql('SELECT silo.revoke_tenant($1, $2)', [role, 'acme']);
+    await sql(`DROP ROLE ${role}`);
+  });
+
+  test('a role bound to a tenant: PermissionDeniedError (42501) elsewhere', async () => {
+    const c = new SiloClient(urlAs(role));
+    try {
+      const group = unique('perm');
+      const id = await c.enqueue(group, {}, { tenant: 'acme' });
+      assert.equal((await c.getJob(id, { tenant: 'acme' })).tenant, 'acme');
+      await assert.rejects(c.enqueue(group, {}), (e) => e instanceof PermissionDeniedError && e.code === '42501'
+        && /may not act in tenant/.test(e.message));
+      // delete_job is silo_admin's: PostgreSQL's own 42501
+      await assert.rejects(c.deleteJob(id, { tenant: 'acme' }), PermissionDeniedError);
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+describe('error mapping', () => {
+  const cases = [
+    ['SL001', LeaseNotFoundError], ['SL002', LeaseOwnerMismatchError], ['SL003', NotFoundError],
+    ['SL004', NotTerminalError], ['SL005', AlreadyCancelledError], ['SL006', AlreadyTerminalError],
+    ['SL007', NotRestartableError], ['SL008', NotExpeditableError], ['SL009', InconsistencyError],
+    ['SL010', WrongTaskKindError], ['SL011', WaitTimeoutError], ['SL020', NotOwnerError],
+    ['SL021', ShardUnavailableError], ['22004', InvalidArgumentError], ['22023', InvalidArgumentError],
+    ['23505', DuplicateJobError], ['42501', PermissionDeniedError], ['25000', TransactionStateError],
+    ['25001', TransactionStateError], ['25006', TransactionStateError], ['55000', PrerequisiteError],
+    ['40P01', ConflictError], ['40001', ConflictError], ['57P01', ConnectionError], ['08006', ConnectionError],
+  ];
+
+  test('each SQLSTATE family has its class', () => {
+    for (const [code, cls] of cases) {
+      const e = toSiloError(Object.assign(new Error(`m ${code}`), { code, detail: 'd', hint: 'h' }));
+      assert.ok(e instanceof cls, `${code} -> ${e.constructor.name}`);
+      assert.ok(e instanceof SiloError);
+      assert.equal(e.code, code);
+      assert.equal(e.detail, 'd');
+      assert.equal(e.hint, 'h');
+      assert.equal(e.name, cls.name);
+    }
+    const other = toSiloError(Object.assign(new Error('x'), { code: 'XX000' }));
+    assert.equal(other.constructor, SiloError);
+    assert.ok(toSiloError(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' })) instanceof ConnectionError);
+    assert.ok(toSiloError(new Error('Connection terminated unexpectedly')) instanceof ConnectionError);
+    const plain = new TypeError('not a database error');
+    assert.equal(toSiloError(plain), plain);
+  });
+
+  test('retryable: shard unavailable, conflicts and connections', () => {
+    const r = (code) => toSiloError(Object.assign(new Error('m'), { code })).retryable;
+    assert.equal(r('SL021'), true);
+    assert.equal(r('40P01'), true);
+    assert.equal(r('57P01'), true);
+    assert.equal(r('SL003'), false);
+    assert.equal(r('22023'), false);
+  });
+
+  test('NotOwnerError parses the owner from DETAIL', () => {
+    const e = toSiloError(Object.assign(new Error('shard 3 of tenant "acme" is not owned by this node'), {
+      code: 'SL020',
+      detail: '{"shard": 3, "owner_node_id": "b", "owner_conninfo": "host=10.0.0.2 port=5432 dbname=app"}',
+    }));
+    assert.ok(e instanceof NotOwnerError);
+    assert.equal(e.shard, 3);
+    assert.equal(e.ownerNodeId, 'b');
+    assert.equal(e.ownerConninfo, 'host=10.0.0.2 port=5432 dbname=app');
+    assert.equal(e.tenant, 'acme');
+    assert.equal(e.retryable, false);
+    const none = toSiloError(Object.assign(new Error('shard 5 of tenant "x" is not owned by this node'), {
+      code: 'SL020', detail: '{"shard": 5, "owner_node_id": null, "owner_conninfo": null}',
+    }));
+    assert.equal(none.shard, 5);
+    assert.equal(none.ownerConninfo, null);
+    assert.equal(none.retryable, true);
+  });
+
+  test('a real lease error from the server maps to its class', async () => {
+    const group = unique('map');
+    await client.enqueue(group);
+    const t = await leaseOne(group);
+    const err = await admin.query("SELECT silo.complete($1, 'someone-else')", [t]).catch((e) => e);
+    assert.ok(toSiloError(err) instanceof LeaseOwnerMismatchError);
+    await sql("SELECT silo.complete($1, 'w')", [t]);
+    const again = await admin.query("SELECT silo.complete($1, 'w')", [t]).catch((e) => e);
+    assert.ok(toSiloError(again) instanceof LeaseNotFoundError);
+  });
+
+  test('a refused connection is a ConnectionError', async () => {
+    const c = new SiloClient({ host: '/nonexistent-silo-socket-dir', user: 'postgres', database: 'postgres' });
+    await assert.rejects(c.getJob('x'), (e) => e instanceof ConnectionError && e.retryable);
+    await c.close();
+  });
+});
