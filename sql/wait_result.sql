@@ -96,11 +96,28 @@ CREATE FUNCTION pg_temp.wait_in_function() RETURNS text LANGUAGE plpgsql AS $$
 DECLARE st text; res jsonb; ec text; ed jsonb; fa timestamptz;
 BEGIN CALL silo.wait_result('done', '-', '1 s', st, res, ec, ed, fa); RETURN st; END $$;
 SELECT test_helpers.sqlstate_of('SELECT pg_temp.wait_in_function()') AS from_a_function;
+-- ... nor inside an exception block, a subtransaction that cannot commit
+-- (even for a job that has ended: the refusal does not depend on the job)
+DO $$
+DECLARE st text; res jsonb; ec text; ed jsonb; fa timestamptz;
+BEGIN
+	BEGIN
+		CALL silo.wait_result('done', '-', '1 s', st, res, ec, ed, fa);
+	EXCEPTION WHEN OTHERS THEN
+		RAISE NOTICE 'in an exception block: %', SQLSTATE;
+	END;
+END $$;
+-- a DO block without one may commit: it waits, and returns
+DO $$
+DECLARE st text; res jsonb; ec text; ed jsonb; fa timestamptz;
+BEGIN
+	CALL silo.wait_result('done', '-', '1 s', st, res, ec, ed, fa);
+	RAISE NOTICE 'in a DO block: %', st;
+END $$;
 -- and only in READ COMMITTED (25000), which sees the commit that ends the job
-BEGIN ISOLATION LEVEL REPEATABLE READ;
+SET default_transaction_isolation = 'repeatable read';
 CALL silo.wait_result('done');
 \echo :LAST_ERROR_SQLSTATE
-ROLLBACK;
 SET default_transaction_isolation = 'serializable';
 CALL silo.wait_result('done');
 \echo :LAST_ERROR_SQLSTATE

@@ -10,6 +10,7 @@
 #include "silo_api.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/pg_proc.h"
 #include "nodes/parsenodes.h"
 #include "utils/builtins.h"
@@ -179,16 +180,17 @@ silo_wait_result(PG_FUNCTION_ARGS)
 	timeout_us = wait_timeout_arg(fcinfo, 2);
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "silo: wait_result must return a record");
-	silo_api_begin("silo.wait_result", 0);
-	silo_wait_require_read_committed();
-	silo_api_tenant(tenant);
+	/* first: where it cannot commit, nothing else matters */
 	if (fcinfo->context == NULL || !IsA(fcinfo->context, CallContext) ||
-		((CallContext *) fcinfo->context)->atomic)
+		((CallContext *) fcinfo->context)->atomic || IsSubTransaction())
 		ereport(ERROR,
 				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
 				 errmsg("silo.wait_result cannot run inside a transaction block"),
-				 errdetail("It commits while it waits, so that it holds no snapshot; inside a transaction block, a function or a procedure that cannot commit, it could not."),
+				 errdetail("It commits while it waits, so that it holds no snapshot; inside a transaction block, a subtransaction (an exception block), a function or a procedure that cannot commit, it could not."),
 				 errhint("CALL it on its own in autocommit mode.")));
+	silo_api_begin("silo.wait_result", 0);
+	silo_wait_require_read_committed();
+	silo_api_tenant(tenant);
 	silo_job_wait_result(tenant, id, timeout_us, wait_owner(fcinfo), values, nulls);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
 }

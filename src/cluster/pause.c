@@ -23,6 +23,7 @@
  *-------------------------------------------------------------------------
  */
 #include "silo_cluster.h"
+#include "silo_ipc.h"
 
 #include "access/xlog.h"
 #include "miscadmin.h"
@@ -90,5 +91,7 @@ silo_cluster_drain(int shard, int timeout_ms)
 	}
 	PG_END_TRY();
 	(void) LockRelease(&tag, ExclusiveLock, false);
+	/* waiters of the shard's jobs look again and learn it is moving */
+	silo_wait_all_ended();
 	return GetXLogInsertRecPtr();
 }

@@ -117,7 +117,10 @@ wait_timed_out(const char *tenant, const char *id, int64 timeout_us)
  * backend's registration -- or raise SL011 once timeout_us have passed
  * since start.  Other reasons to set the latch only cost a check of the
  * flag; interrupts (a cancel, statement_timeout, a termination) are
- * served between sleeps.
+ * served between sleeps, and so is PostgreSQL's own check of the client
+ * connection (client_connection_check_interval, which docs/api.md
+ * recommends to callers that may vanish: a dropped caller otherwise keeps
+ * its backend until the timeout).
  */
 static void
 wait_sleep(const char *tenant, const char *id, instr_time start, int64 timeout_us)

@@ -64,6 +64,7 @@ extern bool silo_wait_take_wake(void);
 extern void silo_wait_job_ended(const char *tenant, const char *id);
 extern void silo_wait_job_ended_text(Datum tenant, Datum id);
 extern void silo_wait_key_ended(uint64 key);
+extern void silo_wait_all_ended(void);
 extern void silo_wait_xact_end(bool commit);
 extern void silo_wait_subxact_end(bool commit);
 extern void silo_wait_pre_prepare(void);

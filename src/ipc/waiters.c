@@ -221,8 +221,10 @@ wait_at_exit(int code, Datum arg)
 /*
  * silo_wait_register: this backend waits for the job of key from now
  * on, until a wake-up takes it out of the table, silo_wait_unregister, or
- * the end of its transaction by an error; nothing to do while it is
- * registered.  55000 without silo's shared memory (not preloaded).
+ * the end of its transaction by an error.  A registration still in place
+ * (for this key or, after an error that was somehow survived, another
+ * one) is replaced, never trusted.  55000 without silo's shared memory
+ * (not preloaded).
  */
 void
 silo_wait_register(uint64 key)
@@ -230,8 +232,6 @@ silo_wait_register(uint64 key)
 	int			i = MyBackendId - 1;
 	WaitSlot   *s;
 
-	if (wait_my_slot >= 0)
-		return;
 	if (wait_shared == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -246,7 +246,7 @@ silo_wait_register(uint64 key)
 
 	s = &wait_slots[i];
 	LWLockAcquire(wait_shared->lock, LW_EXCLUSIVE);
-	/* a slot left behind by a backend that had this id is taken over */
+	/* our own registration, or one left by a backend that had this id */
 	if (s->used)
 		wait_unlink(i);
 	s->key = key;
@@ -352,6 +352,26 @@ silo_wait_key_ended(uint64 key)
 	wait_pending[wait_npending].key = key;
 	wait_pending[wait_npending].level = level;
 	wait_npending++;
+}
+
+/*
+ * silo_wait_all_ended: the commit of the current transaction wakes every
+ * waiter of this server, whatever job it waits for.  For a change that
+ * may end every wait without ending a job: a shard that stops being
+ * served here (cluster/pause.c), whose waiters must look again and learn
+ * where it went instead of sleeping until their timeout.
+ */
+void
+silo_wait_all_ended(void)
+{
+	if (wait_latches == NULL && wait_shared != NULL)
+		wait_latches = MemoryContextAlloc(TopMemoryContext,
+										  wait_shared->nslots * sizeof(Latch *));
+	if (!wait_all)
+	{
+		wait_all = true;
+		wait_all_level = GetCurrentTransactionNestLevel();
+	}
 }
 
 /*
