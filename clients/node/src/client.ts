@@ -8,7 +8,7 @@
 import pg from 'pg';
 
 import {
-  InvalidArgumentError, NotTerminalError, WaitTimeoutError, isConnectionError, toSiloError,
+  InvalidArgumentError, NotTerminalError, WaitTimeoutError, isConnectionError, isStalePlanError, toSiloError,
 } from './errors';
 import type {
   AwaitResultOptions, EnqueueOptions, Job, JobRef, JobResult, JobSpec,
@@ -29,7 +29,8 @@ export interface SiloClientOptions extends pg.PoolConfig {
    * Run every call through this connection instead, e.g. a client checked
    * out of your pool inside a transaction: the jobs enqueued then commit or
    * roll back with your own writes.  (awaitResult needs a connection that is
-   * not inside a transaction block.)
+   * not inside a transaction block, and its signal cannot stop the wait in
+   * the server: see awaitResult.)
    */
   db?: Queryable;
 }
@@ -38,6 +39,10 @@ const WAIT_RESULT_SIGNATURE =
   'silo.wait_result(text,text,interval,text,jsonb,text,jsonb,timestamptz)';
 /** silo.wait_result waits at most a day per call. */
 const WAIT_RESULT_MAX_MS = 86_400_000;
+/** After an abort, how long the cancelled wait may take to come back before it is given up. */
+const ABORT_GRACE_MS = 2000;
+/** How long hasWaitResult() trusts a "no" (silo may be updated meanwhile). */
+const WAIT_RESULT_RECHECK_MS = 60_000;
 
 function tenantOf(ref: JobRef | undefined): string {
   return ref?.tenant ?? '-';
@@ -58,6 +63,9 @@ function toResult<R>(row: Record<string, unknown>): JobResult<R> {
 }
 
 function startAtParam(v: Date | string): string {
+  if (typeof v !== 'string' && !(v instanceof Date)) {
+    throw new InvalidArgumentError('startAt must be a Date or an ISO 8601 string', { code: '22023' });
+  }
   if (v instanceof Date) {
     if (Number.isNaN(v.getTime())) throw new InvalidArgumentError('startAt must be a valid Date', { code: '22023' });
     return v.toISOString();
@@ -86,6 +94,7 @@ export class SiloClient {
   private readonly pool: pg.Pool | undefined;
   private readonly ownsPool: boolean;
   private waitResultKnown: Promise<boolean> | undefined;
+  private waitResultFalseUntil = 0;
 
   constructor(options: SiloClientOptions | string = {}) {
     const opts: SiloClientOptions = typeof options === 'string' ? { connectionString: options } : options;
@@ -99,7 +108,7 @@ export class SiloClient {
       this.ownsPool = false;
     } else {
       const { pool: _p, db: _d, ...config } = opts;
-      const pool = new pg.Pool({ application_name: 'silo-node-client', ...config });
+      const pool = new pg.Pool({ application_name: 'silo-node-client', keepAlive: true, ...config });
       /* an idle client that dies (server restart) must not crash the process */
       pool.on('error', () => undefined);
       this.db = pool;
@@ -171,8 +180,9 @@ export class SiloClient {
 
   /** The job's row of silo.jobs, or null when there is no such job. */
   async getJob<P = unknown>(id: string, ref?: JobRef): Promise<Job<P> | null> {
+    /* not a named statement: SELECT * of a view whose columns a later silo may change */
     const rows = await this.query('SELECT * FROM silo.jobs WHERE tenant = $1 AND id = $2',
-      [tenantOf(ref), id], 'silo_get_job');
+      [tenantOf(ref), id]);
     return rows.length ? toJob<P>(rows[0]) : null;
   }
 
@@ -212,17 +222,30 @@ export class SiloClient {
    * exist.
    */
   async getJobResult<R = unknown>(id: string, ref?: JobRef): Promise<JobResult<R>> {
-    const rows = await this.query('SELECT * FROM silo.job_result($1::text, $2::text)',
-      [id, tenantOf(ref)], 'silo_job_result');
+    const rows = await this.query(
+      'SELECT status, result, error_code, error_data, finished_at FROM silo.job_result($1::text, $2::text)',
+      [id, tenantOf(ref)]);
     return toResult<R>(rows[0]);
   }
 
-  /** Whether the installed silo has the procedure silo.wait_result (1.7). */
+  /**
+   * Whether the installed silo has the procedure silo.wait_result (1.7).
+   * A yes is kept; a no is asked again after a minute (silo may have been
+   * updated meanwhile).
+   */
   async hasWaitResult(): Promise<boolean> {
+    if (this.waitResultKnown && this.waitResultFalseUntil > 0 && Date.now() >= this.waitResultFalseUntil) {
+      this.waitResultKnown = undefined;
+      this.waitResultFalseUntil = 0;
+    }
     if (!this.waitResultKnown) {
       this.waitResultKnown = this.query<{ ok: boolean }>(
         'SELECT to_regprocedure($1) IS NOT NULL AS ok', [WAIT_RESULT_SIGNATURE])
-        .then((rows) => rows[0].ok)
+        .then((rows) => {
+          const ok = rows[0].ok === true;
+          if (!ok) this.waitResultFalseUntil = Date.now() + WAIT_RESULT_RECHECK_MS;
+          return ok;
+        })
         .catch((err) => {
           this.waitResultKnown = undefined;
           throw err;
@@ -237,16 +260,23 @@ export class SiloClient {
    * woken by the commit that ends the job, holding one connection of the
    * pool and no snapshot; without it, job_result is polled with a backoff
    * (50 ms growing to maxPollIntervalMs).  Throws WaitTimeoutError after
-   * timeoutMs, NotFoundError for a job that does not exist, and the
-   * signal's reason once options.signal is aborted.
+   * timeoutMs (also when no connection of the pool came free in time),
+   * NotFoundError for a job that does not exist, and the signal's reason
+   * once options.signal is aborted.  On a client made with `db` (one
+   * connection of yours) an abort rejects at once, but the wait in the
+   * server goes on until the job ends or the timeout passes, and keeps
+   * that connection busy meanwhile: nothing here can cancel it.
    */
   async awaitResult<R = unknown>(id: string, options: AwaitResultOptions = {}): Promise<JobResult<R>> {
     const timeoutMs = options.timeoutMs ?? 30_000;
     if (!(timeoutMs > 0)) throw new InvalidArgumentError('timeoutMs must be positive', { code: '22023' });
     options.signal?.throwIfAborted();
     const deadline = Date.now() + timeoutMs;
-    if (await this.hasWaitResult()) return this.waitInServer<R>(id, tenantOf(options), deadline, options.signal);
-    return this.poll<R>(id, tenantOf(options), deadline, options);
+    const tenant = tenantOf(options);
+    if (await beforeDeadline(this.hasWaitResult(), deadline, options.signal, id, tenant)) {
+      return this.waitInServer<R>(id, tenant, deadline, options.signal);
+    }
+    return this.poll<R>(id, tenant, deadline, options);
   }
 
   private async waitInServer<R>(
@@ -256,43 +286,62 @@ export class SiloClient {
     let conn: pg.PoolClient | undefined;
     let db: Queryable = this.db;
     if (this.pool) {
-      try {
-        conn = await this.pool.connect();
-      } catch (err) {
+      conn = await beforeDeadline(this.pool.connect().catch((err: unknown) => {
         throw toSiloError(err);
-      }
+      }), deadline, signal, id, tenant, (late) => late.release());
       db = conn;
     }
     let aborted = false;
     let broken = false;
+    let abortNow: (reason: unknown) => void = () => undefined;
+    const abortion = new Promise<never>((_resolve, reject) => {
+      abortNow = reject;
+    });
+    abortion.catch(() => undefined);
     const pid = (conn as unknown as { processID?: number } | undefined)?.processID;
+    let abortTimer: NodeJS.Timeout | undefined;
     const onAbort = (): void => {
       aborted = true;
-      /* on a connection of its own: the pool's may all be waiting */
-      if (pid !== undefined && this.pool) cancelBackend(this.pool.options, pid);
+      if (pid !== undefined && this.pool) {
+        /*
+         * On a connection of its own (the pool's may all be waiting): the
+         * cancel ends the wait in the server, and the call returns then;
+         * should the cancel not get through, give up on it after a while.
+         */
+        cancelBackend(this.pool.options, pid);
+        abortTimer = setTimeout(() => abortNow(signal?.reason), ABORT_GRACE_MS);
+      } else {
+        abortNow(signal?.reason);
+      }
     };
     signal?.addEventListener('abort', onAbort, { once: true });
+    /* aborted while we waited for the connection: the listener came too late to hear it */
+    if (signal?.aborted) onAbort();
     try {
       for (;;) {
+        if (aborted) throw signal?.reason;
         const left = deadline - Date.now();
         const chunk = Math.max(1, Math.min(left, WAIT_RESULT_MAX_MS));
         try {
-          const res = await db.query({
+          const query = db.query({
             name: 'silo_wait_result',
             text: 'CALL silo.wait_result($1::text, $2::text, $3::interval)',
             values: [id, tenant, `${chunk} milliseconds`],
           });
+          query.catch(() => undefined); /* an abort may leave it behind */
+          const res = await Promise.race([query, abortion]);
           if (aborted) throw signal?.reason;
           return toResult<R>(res.rows[0]);
         } catch (err) {
           if (aborted) throw signal?.reason;
           const e = toSiloError(err);
-          if (isConnectionError(e)) broken = true;
+          if (isConnectionError(e) || isStalePlanError(e)) broken = true;
           if (e instanceof WaitTimeoutError && deadline - Date.now() > 0) continue;
           throw e;
         }
       }
     } finally {
+      clearTimeout(abortTimer);
       signal?.removeEventListener('abort', onAbort);
       /* after a cancel request the connection could still receive it: drop it */
       conn?.release(aborted || broken ? true : undefined);
@@ -320,4 +369,42 @@ export class SiloClient {
       pause = Math.min(maxPause, Math.ceil(pause * 1.5));
     }
   }
+}
+
+/**
+ * p's value, unless the deadline passes first (WaitTimeoutError) or signal
+ * is aborted (its reason).  A value that comes too late goes to onLate.
+ */
+function beforeDeadline<T>(
+  p: Promise<T>, deadline: number, signal: AbortSignal | undefined, id: string, tenant: string,
+  onLate?: (value: T) => void,
+): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    let over = false;
+    const end = (): boolean => {
+      if (over) return false;
+      over = true;
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+      return true;
+    };
+    const onAbort = (): void => {
+      if (end()) reject(signal?.reason);
+    };
+    const timer = setTimeout(() => {
+      if (end()) {
+        reject(new WaitTimeoutError('job did not end within the timeout (no connection came free in time)', {
+          detail: `Job "${id}" of tenant "${tenant}" was not waited for.`,
+        }));
+      }
+    }, Math.max(0, deadline - Date.now()));
+    signal?.addEventListener('abort', onAbort, { once: true });
+    if (signal?.aborted) onAbort();
+    p.then((v) => {
+      if (end()) resolve(v);
+      else onLate?.(v);
+    }, (err: unknown) => {
+      if (end()) reject(err);
+    });
+  });
 }

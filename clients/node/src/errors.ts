@@ -29,6 +29,7 @@ export const SQLSTATE = {
   READ_ONLY_SQL_TRANSACTION: '25006',
   INSUFFICIENT_PRIVILEGE: '42501',
   UNDEFINED_FUNCTION: '42883',
+  FEATURE_NOT_SUPPORTED: '0A000',
   OBJECT_NOT_IN_PREREQUISITE_STATE: '55000',
   LOCK_NOT_AVAILABLE: '55P03',
   QUERY_CANCELED: '57014',
@@ -150,6 +151,27 @@ export class PermissionDeniedError extends SiloError {}
 export class TransactionStateError extends SiloError {}
 /** 55000: silo is not ready (schema and library versions differ, not preloaded, ...). */
 export class PrerequisiteError extends SiloError {}
+/**
+ * 57014: the statement was cancelled (statement_timeout, pg_cancel_backend,
+ * or silo.wait_result's wait cancelled).
+ */
+export class QueryCanceledError extends SiloError {}
+/**
+ * 42883: a function silo should have is missing (an older silo, or the
+ * extension is not installed in this database).
+ */
+export class UndefinedFunctionError extends SiloError {}
+/**
+ * 0A000: silo refused the call (PREPARE TRANSACTION after silo calls, a silo
+ * table altered), or PostgreSQL's "cached plan must not change result type"
+ * after an ALTER EXTENSION UPDATE changed a prepared statement's result:
+ * that one is retryable (on another connection, which the library takes).
+ */
+export class FeatureNotSupportedError extends SiloError {
+  override get retryable(): boolean {
+    return isStalePlanError(this);
+  }
+}
 /** 40001, 40P01, 55P03: the transaction met another one; retrying it may work. */
 export class ConflictError extends SiloError {
   override get retryable(): boolean {
@@ -198,6 +220,9 @@ const BY_CODE: Record<string, ErrorClass> = {
   '40001': ConflictError,
   '40P01': ConflictError,
   '55P03': ConflictError,
+  '57014': QueryCanceledError,
+  '42883': UndefinedFunctionError,
+  '0A000': FeatureNotSupportedError,
 };
 
 const SOCKET_CODES = new Set([
@@ -218,6 +243,18 @@ function str(v: unknown): string | undefined {
 }
 
 /**
+ * Whether err is PostgreSQL's 0A000 "cached plan must not change result
+ * type": a prepared statement of this connection outlived a change of the
+ * result's type (ALTER EXTENSION silo UPDATE).  The connection should be
+ * dropped; the call may be retried on another one.
+ */
+export function isStalePlanError(err: unknown): boolean {
+  if (err === null || typeof err !== 'object') return false;
+  const e = err as PgErrorLike;
+  return e.code === '0A000' && /cached plan must not change result type/.test(str(e.message) ?? '');
+}
+
+/**
  * Whether an error means the connection is unusable (lost, refused,
  * terminated by the server) rather than that the call itself failed.
  */
@@ -232,7 +269,7 @@ export function isConnectionError(err: unknown): boolean {
     if (/^[0-9A-Z]{5}$/.test(code)) return false;
   }
   const msg = str(e.message) ?? '';
-  return /Connection terminated|connection terminated|Client has encountered a connection error|Client was closed and is not queryable|Cannot use a pool after calling end|timeout exceeded when trying to connect|Connection ended unexpectedly/.test(msg);
+  return /Connection terminated|connection terminated|Client has encountered a connection error|Client was closed and is not queryable|Cannot use a pool after calling end|timeout exceeded when trying to connect|Connection ended unexpectedly|^timeout expired$/.test(msg);
 }
 
 /**

@@ -73,8 +73,8 @@ export interface EnqueueOptions {
   id?: string;
   /** 0-99, 0 is the highest (default 50). */
   priority?: number;
-  /** When the job may start (default: now). */
-  startAt?: Date;
+  /** When the job may start (default: now): a Date, or an ISO 8601 string such as '2030-01-01T09:00:00Z'. */
+  startAt?: Date | string;
   /** No retries when left out. */
   retryPolicy?: RetryPolicy;
   /** At most 16 limits, checked in order. */

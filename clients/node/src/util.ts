@@ -3,7 +3,7 @@
 import pg from 'pg';
 import type { ClientConfig, Pool, QueryConfig, QueryResult, QueryResultRow } from 'pg';
 
-import { isConnectionError } from './errors';
+import { isConnectionError, isStalePlanError } from './errors';
 
 const { Client } = pg;
 
@@ -74,7 +74,8 @@ export class Backoff {
 /**
  * Run one query on a client checked out of pool.  Unlike pool.query, a
  * server error (a lost lease, a job not found) keeps the connection: only
- * a broken connection is dropped.
+ * a broken connection is dropped, and one whose prepared statements went
+ * stale (0A000 "cached plan must not change result type").
  */
 export async function poolQuery<R extends QueryResultRow = any>(
   pool: Pool, config: QueryConfig<any[]>,
@@ -84,7 +85,7 @@ export async function poolQuery<R extends QueryResultRow = any>(
   try {
     return await client.query<R>(config);
   } catch (err) {
-    broken = isConnectionError(err);
+    broken = isConnectionError(err) || isStalePlanError(err);
     throw err;
   } finally {
     client.release(broken ? true : undefined);
@@ -102,4 +103,48 @@ export function cancelBackend(config: ClientConfig, pid: number): void {
     .then(() => c.query('SELECT pg_cancel_backend($1)', [pid]))
     .catch(() => undefined)
     .finally(() => { c.end().catch(() => undefined); });
+}
+
+/**
+ * Close c without waiting for it: end() (which destroys the socket when a
+ * query is in flight), and destroy the socket at once, or after gentleMs if
+ * it has not closed by then (a half-open socket).  Errors are ignored.
+ */
+export function destroyClient(client: pg.Client | pg.PoolClient, gentleMs = 0): void {
+  const c = client as pg.Client;
+  c.removeAllListeners('notification');
+  c.on('error', () => undefined);
+  const stream = (c as unknown as { connection?: { stream?: { destroy?: () => void } } }).connection?.stream;
+  const destroy = (): void => {
+    try {
+      stream?.destroy?.();
+    } catch {
+      /* already gone */
+    }
+  };
+  if (gentleMs <= 0) {
+    c.end().catch(() => undefined);
+    destroy();
+    return;
+  }
+  const timer = setTimeout(destroy, gentleMs);
+  timer.unref();
+  c.end().catch(() => undefined).finally(() => clearTimeout(timer));
+}
+
+/**
+ * p, or a rejection with onTimeout() once ms have passed (ms <= 0: at
+ * once).  Does not cancel p.
+ */
+export function withTimeout<T>(p: Promise<T>, ms: number, onTimeout: () => Error): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => reject(onTimeout()), Math.max(0, ms));
+    p.then((v) => {
+      clearTimeout(timer);
+      resolve(v);
+    }, (err: unknown) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+  });
 }

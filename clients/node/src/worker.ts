@@ -10,15 +10,20 @@
  * silo.fail, cancelled jobs with silo.ack_cancel.  Every lease is renewed
  * every third of the lease (silo.heartbeat, one statement for all that are
  * due); a heartbeat that says the job was cancelled aborts the task's
- * signal.  Refresh tasks of floating concurrency limits go to
- * refreshHandler and are answered with silo.report_refresh or
- * silo.fail_refresh.
+ * signal.  Heartbeats run on a connection of their own, so reports waiting
+ * on locks cannot starve them; and whatever becomes of them, a handler whose
+ * lease has run out by the worker's own clock (the heartbeats did not get
+ * through in time) has its signal aborted as lost.  Refresh tasks of
+ * floating concurrency limits go to refreshHandler and are answered with
+ * silo.report_refresh or silo.fail_refresh.
  *
  * A lost connection is replaced (with a backoff); handlers keep running and
  * their reports are retried until their lease would have expired, since a
  * lease belongs to the worker id, not to a connection.  stop() stops
  * leasing, gives running handlers a grace period, then aborts their signals
- * and hands their tasks back with silo.release.
+ * and hands back with silo.release the tasks whose handlers then return
+ * promptly; the others' leases are left to run out.  stop() ends within
+ * graceMs + stopTimeoutMs, whatever handlers and the server do.
  */
 
 import os from 'node:os';
@@ -27,18 +32,22 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 
 import {
-  JobCancelledError, LeaseLostError, LeaseNotFoundError, LeaseOwnerMismatchError,
-  SiloError, WorkerStoppingError, isConnectionError, toSiloError,
+  ConnectionError, JobCancelledError, LeaseLostError, LeaseNotFoundError, LeaseOwnerMismatchError,
+  SiloError, WorkerStoppingError, isConnectionError, isStalePlanError, toSiloError,
 } from './errors';
 import type { Json, RefreshTask, Task } from './types';
-import { Backoff, camelRow, poolQuery, sleep } from './util';
+import {
+  Backoff, camelRow, destroyClient, poolQuery, sleep, withTimeout,
+} from './util';
 
 /** What a handler gets besides its task. */
 export interface TaskContext {
   /**
    * Aborted when the job is cancelled (reason: JobCancelledError), when the
-   * worker lost the task's lease (LeaseLostError), or when stop()'s grace
-   * period ran out (WorkerStoppingError).  Stop the work when it fires.
+   * worker lost the task's lease (LeaseLostError: a heartbeat found it gone,
+   * or no heartbeat got through before it ran out), or when stop()'s grace
+   * period ran out (WorkerStoppingError).  Stop the work when it fires: the
+   * job may run elsewhere once its lease is gone.
    */
   signal: AbortSignal;
   /** This worker's id, as the leases name it. */
@@ -100,7 +109,7 @@ export interface SiloWorkerOptions<P = any, R = unknown> {
   batchSize?: number;
   /** Lease length in ms, 100-3,600,000 (default 30,000). */
   leaseMs?: number;
-  /** How often each lease is renewed (default: a third of leaseMs). */
+  /** How often each lease is renewed (default: a third of leaseMs; must be below half of it). */
   heartbeatIntervalMs?: number;
   /** Lease this often without a wake-up (default 1000 ms). */
   pollIntervalMs?: number;
@@ -110,7 +119,13 @@ export interface SiloWorkerOptions<P = any, R = unknown> {
   batchCompletions?: boolean;
   /** stop()'s default grace period in ms (default 10,000). */
   graceMs?: number;
-  /** Connections for leases, heartbeats and reports (default 2), besides the listening one. */
+  /**
+   * How long stop() may take beyond the grace period, in ms (default
+   * 10,000): for handlers to return after their signals were aborted, and
+   * for the last reports.  Then the connections are closed regardless.
+   */
+  stopTimeoutMs?: number;
+  /** Connections for leases and reports (default 2), besides the listening one and the heartbeating one. */
   poolSize?: number;
   /** First and largest delay between reconnection attempts (default 100 and 5000 ms). */
   reconnectDelayMs?: { initial?: number; max?: number };
@@ -147,6 +162,15 @@ interface Execution {
   /** Our estimate of when the lease ends (renewed by each heartbeat). */
   leaseDeadline: number;
   nextHeartbeat: number;
+  /** stop() aborted the signal: stop() decides what is reported. */
+  stopAborted: boolean;
+  /** stop() gave up on the handler: no more heartbeats, nothing reported, the lease runs out. */
+  abandoned: boolean;
+  /** The handler has returned or thrown (or will never run). */
+  handlerDone: boolean;
+  /** Resolves once handlerDone is set. */
+  settled: Promise<void>;
+  settle: () => void;
 }
 
 interface Completion {
@@ -154,7 +178,15 @@ interface Completion {
   result: string | null;
 }
 
-const SQL_LEASE = 'SELECT * FROM silo.lease($1::text, $2::text, $3::int, $4::int, $5::text[])';
+/*
+ * The columns are named (not *), and the statement is not prepared under a
+ * name: a named statement's result type is fixed, and ALTER EXTENSION silo
+ * UPDATE may change silo.leased_task's.
+ */
+const LEASE_COLUMNS = ['task_id', 'kind', 'tenant', 'job_id', 'attempt', 'relative_attempt', 'is_last_attempt',
+  'priority', 'task_group', 'payload', 'metadata', 'lease_expires_at', 'queue_key', 'current_max_concurrency',
+  'refresh_metadata'];
+const SQL_LEASE = `SELECT ${LEASE_COLUMNS.join(', ')} FROM silo.lease($1::text, $2::text, $3::int, $4::int, $5::text[])`;
 const SQL_HEARTBEAT_MANY = 'SELECT t::text AS task_id, silo.heartbeat(t, $1::text, $3::int) AS cancelled'
   + ' FROM unnest($2::uuid[]) AS t';
 const SQL_HEARTBEAT = 'SELECT silo.heartbeat($1::uuid, $2::text, $3::int) AS cancelled';
@@ -167,30 +199,56 @@ const SQL_REPORT_REFRESH = 'SELECT silo.report_refresh($1::uuid, $2::text, $3::i
 const SQL_FAIL_REFRESH = 'SELECT silo.fail_refresh($1::uuid, $2::text, $3::text)';
 
 const MAX_BATCH = 1000;
+/** After stop() aborts the signals: how long handlers get to return before their tasks are left to lapse. */
+const SETTLE_AFTER_ABORT_MS = 1000;
+/** How often the listening connection is checked with SELECT 1, and how long the answer may take. */
+const LISTENER_PING_MS = 30_000;
+const LISTENER_PING_TIMEOUT_MS = 10_000;
+/** How long the pool's connect (or the wait for a free connection) may take. */
+const CONNECT_TIMEOUT_MS = 10_000;
 
 function truncate(s: string, max: number): string {
   const chars = Array.from(s);
   return chars.length <= max ? s : `${chars.slice(0, max - 3).join('')}...`;
 }
 
+/** JSON text of value, or of a note saying why it is not JSON (BigInt, a cycle, a throwing toJSON). */
+function jsonOrNote(value: unknown): string | null {
+  try {
+    return JSON.stringify(value) ?? null;
+  } catch (err) {
+    return JSON.stringify({ message: `not JSON: ${safeMessage(err)}` });
+  }
+}
+
+function safeMessage(err: unknown): string {
+  try {
+    return err instanceof Error ? String(err.message) : String(err);
+  } catch {
+    return 'unprintable error';
+  }
+}
+
 /** silo.fail's error_code and error_data for what a handler threw. */
 function failureOf(err: unknown): { code: string; data: string | null } {
   if (err instanceof TaskFailure) {
-    const code = err.errorCode.length > 0 ? err.errorCode : 'ERROR';
-    return { code: truncate(code, 256), data: err.data === undefined ? null : JSON.stringify(err.data) };
+    const own: unknown = err.errorCode;
+    const code = typeof own === 'string' && own.length > 0 ? own : 'ERROR';
+    return { code: truncate(code, 256), data: err.data === undefined ? null : jsonOrNote(err.data) };
   }
   if (err instanceof Error) {
     const own = (err as { code?: unknown }).code;
-    const code = typeof own === 'string' && own.length > 0 ? own : err.name || 'Error';
-    return { code: truncate(code, 256), data: JSON.stringify({ name: err.name, message: err.message }) };
+    const name = typeof err.name === 'string' && err.name.length > 0 ? err.name : 'Error';
+    const code = typeof own === 'string' && own.length > 0 ? own : name;
+    return { code: truncate(code, 256), data: jsonOrNote({ name, message: safeMessage(err) }) };
   }
-  return { code: 'ERROR', data: JSON.stringify({ message: String(err) }) };
+  return { code: 'ERROR', data: jsonOrNote({ message: safeMessage(err) }) };
 }
 
 const RUN_ONLY = ['jobId', 'attempt', 'relativeAttempt', 'isLastAttempt', 'payload'];
 const REFRESH_ONLY = ['queueKey', 'currentMaxConcurrency', 'refreshMetadata'];
 
-/** A row of silo.lease as a Task or a RefreshTask (columns unknown to us are kept, in camelCase). */
+/** A row of silo.lease as a Task or a RefreshTask. */
 function toTask(row: Record<string, unknown>): Task | RefreshTask {
   const c = camelRow(row);
   delete c.taskId;
@@ -220,6 +278,7 @@ export class SiloWorker<P = any, R = unknown> {
   private readonly listen: boolean;
   private batchCompletions: boolean;
   private readonly graceMs: number;
+  private readonly stopTimeoutMs: number;
   private readonly reconnectInitial: number;
   private readonly reconnectMax: number;
   private readonly onError: (error: Error, context: WorkerErrorContext) => void;
@@ -229,11 +288,19 @@ export class SiloWorker<P = any, R = unknown> {
   private listener: pg.Client | null = null;
   private listenerBackoff: Backoff;
   private listenerTimer: NodeJS.Timeout | null = null;
+  private listenerPing: NodeJS.Timeout | null = null;
+  /** The connection heartbeats run on (made again when it fails). */
+  private hbClient: pg.Client | null = null;
+  /** When the last heartbeat statement was sent (after connecting): leases are renewed from then on. */
+  private hbSentAt = 0;
 
   private started = false;
   private stopping = false;
   private closed = false;
   private stopPromise: Promise<void> | null = null;
+  private startPromise: Promise<void> | null = null;
+  /** stop()'s last moment: reports are not retried past it. */
+  private hardDeadline = Infinity;
   private leaseLoopDone: Promise<void> = Promise.resolve();
   private heartbeatLoopDone: Promise<void> = Promise.resolve();
   private heartbeatWake: (() => void) | null = null;
@@ -283,10 +350,15 @@ export class SiloWorker<P = any, R = unknown> {
     this.leaseMs = int('leaseMs', options.leaseMs, 30_000, 100, 3_600_000);
     this.heartbeatMs = int('heartbeatIntervalMs', options.heartbeatIntervalMs,
       Math.max(1, Math.floor(this.leaseMs / 3)), 1, 3_600_000);
+    if (this.heartbeatMs * 2 >= this.leaseMs) {
+      throw new RangeError(`heartbeatIntervalMs (${this.heartbeatMs}) must be below half of leaseMs (${this.leaseMs}),`
+        + ' so that a lease survives a heartbeat that fails once');
+    }
     this.pollMs = int('pollIntervalMs', options.pollIntervalMs, 1000, 1, 3_600_000);
     this.listen = options.listen ?? true;
     this.batchCompletions = options.batchCompletions ?? true;
     this.graceMs = int('graceMs', options.graceMs, 10_000, 0, 2_147_483_647);
+    this.stopTimeoutMs = int('stopTimeoutMs', options.stopTimeoutMs, 10_000, 0, 2_147_483_647);
     this.reconnectInitial = int('reconnectDelayMs.initial', options.reconnectDelayMs?.initial, 100, 1, 600_000);
     this.reconnectMax = int('reconnectDelayMs.max', options.reconnectDelayMs?.max, 5000, this.reconnectInitial, 600_000);
     this.listenerBackoff = new Backoff(this.reconnectInitial, this.reconnectMax);
@@ -297,6 +369,8 @@ export class SiloWorker<P = any, R = unknown> {
     const conn = options.connection;
     this.config = {
       application_name: 'silo-node-worker',
+      keepAlive: true,
+      connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
       ...(typeof conn === 'string' ? { connectionString: conn } : conn ?? {}),
     };
     this.poolConfig = { ...this.config, max: poolSize, idleTimeoutMillis: 60_000 };
@@ -321,8 +395,13 @@ export class SiloWorker<P = any, R = unknown> {
    */
   async start(): Promise<void> {
     if (this.stopping) throw new SiloError('a stopped worker cannot start again: make a new one');
-    if (this.started) return;
+    if (this.started) return this.startPromise ?? undefined;
     this.started = true;
+    this.startPromise = this.begin();
+    return this.startPromise;
+  }
+
+  private async begin(): Promise<void> {
     const pool = new pg.Pool(this.poolConfig);
     pool.on('error', () => undefined); /* an idle connection died: the pool drops it */
     this.pool = pool;
@@ -335,19 +414,27 @@ export class SiloWorker<P = any, R = unknown> {
     } catch (err) {
       this.closed = true;
       this.stopping = true;
+      this.pool = null;
       await pool.end().catch(() => undefined);
       throw toSiloError(err);
     }
+    if (this.stopping) return; /* stop() was called meanwhile: it closes what we opened */
     this.leaseLoopDone = this.leaseLoop();
     this.heartbeatLoopDone = this.heartbeatLoop();
   }
 
   /**
    * Stop: lease no more, let running handlers finish for graceMs (default:
-   * the graceMs option), then abort their signals (WorkerStoppingError) and
-   * hand their tasks back with silo.release (a refresh task is failed with
-   * "worker shutting down"); report what has finished and close the
-   * connections.  Calling it again returns the same promise.
+   * the graceMs option), then abort their signals (WorkerStoppingError).
+   * Handlers that return within a second of that have their tasks handed
+   * back with silo.release (a refresh task is failed with "worker shutting
+   * down"); the tasks of handlers still running then are not released
+   * (another worker could run the same attempt while they go on): nothing
+   * is reported for them and their leases run out.  Then report what has
+   * finished and close the connections.  Resolves within graceMs +
+   * stopTimeoutMs, whatever handlers and the server do (reports still
+   * unanswered then are given up).  Calling it again returns the same
+   * promise.
    */
   stop(options: { graceMs?: number } = {}): Promise<void> {
     if (!this.stopPromise) this.stopPromise = this.shutdown(options.graceMs ?? this.graceMs);
@@ -357,12 +444,65 @@ export class SiloWorker<P = any, R = unknown> {
   // ---------------------------------------------------------------------
   // connections
 
+  /** One statement on a pooled connection; name labels it, and names the prepared statement when prepared. */
   private async q<T extends Record<string, unknown> = Record<string, unknown>>(
-    text: string, values: unknown[], name?: string,
+    text: string, values: unknown[], name?: string, prepared = true,
   ): Promise<T[]> {
     if (!this.pool || this.closed) throw new SiloError('the worker is stopped');
-    const res = await poolQuery<T>(this.pool, { text, values, name });
+    const res = await poolQuery<T>(this.pool, { text, values, name: prepared ? name : undefined });
     return res.rows;
+  }
+
+  /**
+   * One heartbeat statement on the heartbeating connection (made when
+   * missing).  An answer slower than the heartbeat interval counts as a
+   * lost connection: the connection is dropped and made again.
+   */
+  private async hq<T extends Record<string, unknown> = Record<string, unknown>>(
+    text: string, values: unknown[], name: string,
+  ): Promise<T[]> {
+    if (this.closed) throw new SiloError('the worker is stopped');
+    const limit = Math.max(500, this.heartbeatMs);
+    const timedOut = (): Error => new ConnectionError(`no answer to the heartbeat within ${limit} ms`);
+    let c = this.hbClient;
+    if (!c) {
+      const fresh = new pg.Client(this.config);
+      const drop = (): void => {
+        if (this.hbClient === fresh) this.hbClient = null;
+      };
+      fresh.on('error', drop);
+      fresh.on('end', drop);
+      this.hbClient = fresh;
+      try {
+        await withTimeout(fresh.connect(), limit, timedOut);
+      } catch (err) {
+        drop();
+        destroyClient(fresh);
+        throw err;
+      }
+      if (this.closed) {
+        drop();
+        destroyClient(fresh);
+        throw new SiloError('the worker is stopped');
+      }
+      c = fresh;
+    }
+    try {
+      this.hbSentAt = Date.now();
+      return (await withTimeout(c.query<T>({ text, values, name }), limit, timedOut)).rows;
+    } catch (err) {
+      if (err instanceof ConnectionError || isConnectionError(err) || isStalePlanError(err)) {
+        if (this.hbClient === c) this.hbClient = null;
+        destroyClient(c);
+      }
+      throw err;
+    }
+  }
+
+  private closeHeartbeatClient(): void {
+    const c = this.hbClient;
+    this.hbClient = null;
+    if (c) destroyClient(c, 1000);
   }
 
   private report(error: unknown, context: WorkerErrorContext): void {
@@ -378,8 +518,8 @@ export class SiloWorker<P = any, R = unknown> {
     const lost = (err?: Error): void => {
       if (this.listener !== client) return;
       this.listener = null;
-      client.removeAllListeners('notification');
-      client.end().catch(() => undefined);
+      this.stopListenerPing();
+      destroyClient(client);
       if (this.closed) return;
       if (err) this.report(err, { phase: 'listen' });
       this.scheduleListenerReconnect();
@@ -398,11 +538,35 @@ export class SiloWorker<P = any, R = unknown> {
       await client.query('LISTEN silo_task_ready');
     } catch (err) {
       client.removeAllListeners();
-      client.on('error', () => undefined);
-      client.end().catch(() => undefined);
+      destroyClient(client);
       throw err;
     }
+    if (this.closed) {
+      client.removeAllListeners();
+      destroyClient(client);
+      return;
+    }
     this.listener = client;
+    /*
+     * A half-open connection (the server or the network gone without a
+     * word) would wait for notifications forever: ask it something now and
+     * then (keepAlive helps as well), and make it again if no answer comes.
+     */
+    this.stopListenerPing();
+    this.listenerPing = setInterval(() => {
+      if (this.listener !== client) return;
+      withTimeout(client.query('SELECT 1'), LISTENER_PING_TIMEOUT_MS,
+        () => new ConnectionError(`the listening connection did not answer within ${LISTENER_PING_TIMEOUT_MS} ms`))
+        .catch((err: unknown) => lost(toSiloError(err)));
+    }, LISTENER_PING_MS);
+    this.listenerPing.unref();
+  }
+
+  private stopListenerPing(): void {
+    if (this.listenerPing) {
+      clearInterval(this.listenerPing);
+      this.listenerPing = null;
+    }
   }
 
   private scheduleListenerReconnect(): void {
@@ -430,13 +594,12 @@ export class SiloWorker<P = any, R = unknown> {
       clearTimeout(this.listenerTimer);
       this.listenerTimer = null;
     }
+    this.stopListenerPing();
     const l = this.listener;
     this.listener = null;
     if (l) {
-      l.removeAllListeners('notification');
       l.removeAllListeners('end');
-      l.on('error', () => undefined);
-      l.end().catch(() => undefined);
+      destroyClient(l, 1000);
     }
   }
 
@@ -483,7 +646,8 @@ export class SiloWorker<P = any, R = unknown> {
       const want = Math.min(this.batchSize, free);
       let rows: Record<string, unknown>[];
       try {
-        rows = await this.q(SQL_LEASE, [this.workerId, this.taskGroup, want, this.leaseMs, this.tenants], 'silo_lease');
+        rows = await this.q(SQL_LEASE, [this.workerId, this.taskGroup, want, this.leaseMs, this.tenants], 'silo_lease',
+          false);
         if (failing) {
           failing = false;
           this.counters.reconnects++;
@@ -498,6 +662,11 @@ export class SiloWorker<P = any, R = unknown> {
         continue;
       }
       const leasedAt = now;
+      if (this.closed) {
+        /* stop() gave up waiting for this lease: its tasks are left to lapse */
+        this.counters.lost += rows.length;
+        break;
+      }
       for (const row of rows) this.startTask(row, leasedAt);
       this.leaseWanted = rows.length >= want;
       if (!this.leaseWanted) this.nextPollAt = Date.now() + this.pollMs;
@@ -521,12 +690,23 @@ export class SiloWorker<P = any, R = unknown> {
       released: false,
       leaseDeadline: leasedAt + this.leaseMs,
       nextHeartbeat: leasedAt + this.heartbeatMs,
+      stopAborted: false,
+      abandoned: false,
+      handlerDone: false,
+      settled: Promise.resolve(),
+      settle: () => undefined,
     };
+    exec.settled = new Promise<void>((resolve) => {
+      exec.settle = () => {
+        exec.handlerDone = true;
+        resolve();
+      };
+    });
     this.executions.set(task.id, exec);
     this.slotsUsed++;
     this.counters.leased++;
     if (task.kind !== 'run') {
-      void this.execute(exec);
+      this.execute(exec).catch((err: unknown) => this.report(err, { phase: 'execute', taskId: task.id }));
       return;
     }
     /*
@@ -536,7 +716,9 @@ export class SiloWorker<P = any, R = unknown> {
      */
     const key = `${task.tenant}\u0000${task.jobId}`;
     const prev = this.activeJobs.get(key);
-    const run = prev ? prev.then(() => this.execute(exec)) : this.execute(exec);
+    const go = (): Promise<void> => this.execute(exec);
+    const run = (prev ? prev.then(go, go) : go())
+      .catch((err: unknown) => this.report(err, { phase: 'execute', taskId: task.id, jobId: task.jobId }));
     this.activeJobs.set(key, run);
     void run.then(() => {
       if (this.activeJobs.get(key) === run) this.activeJobs.delete(key);
@@ -553,15 +735,17 @@ export class SiloWorker<P = any, R = unknown> {
 
   /** Run one task's handler and report its outcome; never rejects. */
   private async execute(exec: Execution): Promise<void> {
-    if (exec.lost || exec.released) {
+    if (exec.lost || exec.released || exec.abandoned) {
       /* lost, or handed back by stop() (whose release settles it), before it ran */
+      exec.settle();
       this.freeSlot();
-      if (exec.lost) this.done(exec, 'lost');
+      if (exec.lost || exec.abandoned) this.done(exec, 'lost');
       return;
     }
     const task = exec.task;
     if (task.kind === 'run' && exec.cancelled) {
       /* cancelled while it waited for an earlier attempt: do not start it */
+      exec.settle();
       this.freeSlot();
       this.track(this.call(exec, 'ack_cancel', SQL_ACK_CANCEL, [task.id, this.workerId], 'cancelled'));
       return;
@@ -580,12 +764,33 @@ export class SiloWorker<P = any, R = unknown> {
       ok = false;
       value = err;
     }
+    exec.settle();
     this.freeSlot();
-    if (exec.released) return; /* stop() handed the task back: its release settles it */
-    if (exec.lost || this.closed) {
+    try {
+      this.finish(exec, ok, value);
+    } catch (err) {
+      /* a result or an error we could not even describe: fail the attempt plainly */
+      this.report(err, { phase: 'report', taskId: task.id, jobId: this.jobIdOf(exec) });
+      const state = exec.state as ExecState;
+      if (state === 'done' || state === 'reporting') return;
+      if (task.kind === 'refresh') {
+        this.track(this.call(exec, 'fail_refresh', SQL_FAIL_REFRESH, [task.id, this.workerId, 'refresh handler failed'],
+          'refreshFailed'));
+      } else {
+        this.track(this.call(exec, 'fail', SQL_FAIL, [task.id, this.workerId, 'ERROR', null], 'failed'));
+      }
+    }
+  }
+
+  /** Report what the handler did (ok: it returned value; else it threw value). */
+  private finish(exec: Execution, ok: boolean, value: unknown): void {
+    const task = exec.task;
+    if (exec.abandoned || exec.lost || this.closed) {
+      /* stop() gave up on it, or the lease is gone: nothing to report */
       this.done(exec, 'lost');
       return;
     }
+    if (exec.released || exec.stopAborted) return; /* stop() hands the task back: its release settles it */
     if (task.kind === 'refresh') {
       this.finishRefresh(exec, ok, value);
       return;
@@ -599,7 +804,7 @@ export class SiloWorker<P = any, R = unknown> {
       try {
         result = value === undefined ? null : JSON.stringify(value) ?? null;
       } catch (err) {
-        const data = JSON.stringify({ message: `the handler's result is not JSON: ${(err as Error).message}` });
+        const data = JSON.stringify({ message: `the handler's result is not JSON: ${safeMessage(err)}` });
         this.track(this.call(exec, 'fail', SQL_FAIL, [task.id, this.workerId, 'RESULT_NOT_JSON', data], 'failed'));
         return;
       }
@@ -617,14 +822,20 @@ export class SiloWorker<P = any, R = unknown> {
       return;
     }
     const msg = ok
-      ? `refresh handler returned ${JSON.stringify(value) ?? String(value)}, not an integer between 1 and 2147483647`
-      : (value instanceof Error ? value.message : String(value)) || 'refresh handler failed';
+      ? `refresh handler returned ${jsonOrNote(value) ?? safeMessage(value)}, not an integer between 1 and 2147483647`
+      : safeMessage(value) || 'refresh handler failed';
     this.track(this.call(exec, 'fail_refresh', SQL_FAIL_REFRESH, [id, this.workerId, truncate(msg, 1024)], 'refreshFailed'));
   }
 
   private track(p: Promise<unknown>): void {
     this.reports.add(p);
-    void p.finally(() => this.reports.delete(p));
+    const forget = (): void => {
+      this.reports.delete(p);
+    };
+    p.then(forget, (err: unknown) => {
+      forget();
+      this.report(err, { phase: 'report' });
+    });
   }
 
   /** The task is settled: forget it, counting it under counter. */
@@ -635,12 +846,21 @@ export class SiloWorker<P = any, R = unknown> {
     if (counter && counter !== 'running') this.counters[counter]++;
   }
 
+  /** Whether a report may be tried again after a failure that may pass (a lost connection, ...). */
+  private mayRetry(err: Error, deadline: number): boolean {
+    const now = Date.now();
+    return (err as SiloError).retryable === true && !this.closed && now < deadline && now < this.hardDeadline;
+  }
+
   /**
    * One report (fail, ack_cancel, release, report_refresh, ...), retried
-   * after a connection failure as long as the lease can still be alive.
+   * after a connection failure as long as the lease can still be alive
+   * (and stop()'s deadline has not passed).  A complete or fail that the
+   * server refuses for its arguments (a result jsonb will not take, ...) is
+   * made a fail with error code ERROR instead, so that the attempt ends.
    */
   private async call(exec: Execution, what: string, text: string, values: unknown[],
-    counter: keyof WorkerStats): Promise<void> {
+    counter: keyof WorkerStats, fallback = true): Promise<void> {
     exec.state = 'reporting';
     const backoff = new Backoff(this.reconnectInitial, this.reconnectMax);
     for (;;) {
@@ -650,17 +870,26 @@ export class SiloWorker<P = any, R = unknown> {
         return;
       } catch (err) {
         const e = toSiloError(err);
+        const context = { phase: what, taskId: exec.task.id, jobId: this.jobIdOf(exec) };
         if (e instanceof LeaseNotFoundError || e instanceof LeaseOwnerMismatchError) {
+          /* the task is no longer ours (its lease ran out, or was taken back): say so */
+          this.report(e, context);
           this.done(exec, 'lost');
           return;
         }
-        const retry = (e as SiloError).retryable && !this.closed && Date.now() < exec.leaseDeadline;
-        if (!retry) {
-          this.report(e, { phase: what, taskId: exec.task.id, jobId: this.jobIdOf(exec) });
-          this.done(exec, 'lost');
-          return;
+        if (this.mayRetry(e, exec.leaseDeadline)) {
+          const wait = Math.min(backoff.next(), exec.leaseDeadline - Date.now(), this.hardDeadline - Date.now());
+          await sleep(Math.max(1, wait));
+          continue;
         }
-        await sleep(Math.min(backoff.next(), Math.max(1, exec.leaseDeadline - Date.now())));
+        this.report(e, context);
+        const refused = (e as SiloError).code !== undefined && !isConnectionError(e) && !this.closed;
+        if (refused && fallback && (what === 'complete' || what === 'fail')) {
+          const data = jsonOrNote({ message: `silo refused the ${what} report: ${safeMessage(e)}` });
+          return this.call(exec, 'fail', SQL_FAIL, [exec.task.id, this.workerId, 'ERROR', data], 'failed', false);
+        }
+        this.done(exec, 'lost');
+        return;
       }
     }
   }
@@ -717,7 +946,15 @@ export class SiloWorker<P = any, R = unknown> {
         const rows = await this.q<{ task_id: string }>(SQL_COMPLETE_MANY, [ids, this.workerId, results],
           'silo_complete_many');
         const completed = new Set(rows.map((r) => r.task_id));
-        for (const c of batch) this.done(c.exec, completed.has(c.exec.task.id) ? 'succeeded' : 'lost');
+        for (const c of batch) {
+          if (completed.has(c.exec.task.id)) {
+            this.done(c.exec, 'succeeded');
+          } else {
+            this.report(new LeaseNotFoundError(`task ${c.exec.task.id} was not completed: its lease was gone`),
+              { phase: 'complete', taskId: c.exec.task.id, jobId: this.jobIdOf(c.exec) });
+            this.done(c.exec, 'lost');
+          }
+        }
         return;
       } catch (err) {
         const e = toSiloError(err);
@@ -727,8 +964,8 @@ export class SiloWorker<P = any, R = unknown> {
           continue;
         }
         const deadline = Math.min(...batch.map((c) => c.exec.leaseDeadline));
-        if ((e as SiloError).retryable && !this.closed && Date.now() < deadline) {
-          await sleep(Math.min(backoff.next(), Math.max(1, deadline - Date.now())));
+        if (this.mayRetry(e, deadline)) {
+          await sleep(Math.max(1, Math.min(backoff.next(), deadline - Date.now(), this.hardDeadline - Date.now())));
           continue;
         }
         /* anything else: report one by one, so each task gets its own answer */
@@ -744,8 +981,16 @@ export class SiloWorker<P = any, R = unknown> {
   // ---------------------------------------------------------------------
   // heartbeats
 
+  /**
+   * Every tick: give up the tasks whose lease has run out by our clock,
+   * then, unless a heartbeat is still in flight, renew the leases that are
+   * due.  The first step does not wait for the second, so a heartbeat that
+   * hangs (or a server out of reach) cannot keep a handler running past
+   * its lease.
+   */
   private async heartbeatLoop(): Promise<void> {
     const tick = Math.max(10, Math.min(1000, Math.floor(this.heartbeatMs / 4)));
+    let inFlight: Promise<void> | null = null;
     while (!this.closed) {
       await new Promise<void>((resolve) => {
         const t = setTimeout(done, tick);
@@ -758,33 +1003,50 @@ export class SiloWorker<P = any, R = unknown> {
       this.heartbeatWake = null;
       if (this.closed) break;
       const now = Date.now();
+      this.expireLeases(now);
+      if (inFlight) continue;
       const slack = Math.floor(this.heartbeatMs / 4);
       const due: Execution[] = [];
       for (const e of this.executions.values()) {
-        if (e.state !== 'done' && !e.lost && !e.released && e.nextHeartbeat <= now + slack) due.push(e);
+        if (e.state !== 'done' && !e.lost && !e.released && !e.abandoned && e.nextHeartbeat <= now + slack) due.push(e);
       }
       if (due.length === 0) continue;
+      /* in task id order, the order complete_many locks leases in: two statements never wait for each other */
+      due.sort((a, b) => (a.task.id < b.task.id ? -1 : a.task.id > b.task.id ? 1 : 0));
       for (const e of due) e.nextHeartbeat = now + this.heartbeatMs;
-      try {
-        await this.heartbeat(due, now);
-      } catch (err) {
-        this.report(err, { phase: 'heartbeat' });
-      }
+      inFlight = this.heartbeat(due, now)
+        .catch((err: unknown) => this.report(err, { phase: 'heartbeat' }))
+        .finally(() => {
+          inFlight = null;
+        });
+    }
+    if (inFlight) await inFlight;
+  }
+
+  /** Abort, as lost, the handlers whose lease has run out by our clock (no heartbeat got through in time). */
+  private expireLeases(now: number): void {
+    for (const e of this.executions.values()) {
+      if (e.lost || e.released || e.abandoned || now < e.leaseDeadline) continue;
+      if (e.state !== 'queued' && e.state !== 'running') continue;
+      const cause = new SiloError(`no heartbeat renewed the lease of task ${e.task.id} in time`
+        + ` (it ran out ${now - e.leaseDeadline} ms ago)`);
+      this.leaseLost(e, cause);
+      this.report(cause, { phase: 'heartbeat', taskId: e.task.id, jobId: this.jobIdOf(e) });
     }
   }
 
   private async heartbeat(due: Execution[], sentAt: number): Promise<void> {
     try {
-      const rows = await this.q<{ task_id: string; cancelled: boolean }>(SQL_HEARTBEAT_MANY,
+      const rows = await this.hq<{ task_id: string; cancelled: boolean }>(SQL_HEARTBEAT_MANY,
         [this.workerId, due.map((e) => e.task.id), this.leaseMs], 'silo_heartbeat_many');
       const byId = new Map(rows.map((r) => [r.task_id, r.cancelled]));
       for (const e of due) {
-        e.leaseDeadline = sentAt + this.leaseMs;
+        e.leaseDeadline = Math.max(sentAt, this.hbSentAt) + this.leaseMs;
         if (byId.get(e.task.id) === true) this.cancelled(e);
       }
       return;
     } catch (err) {
-      if (isConnectionError(err)) {
+      if (err instanceof ConnectionError || isConnectionError(err) || isStalePlanError(err)) {
         /* try again soon, on a new connection */
         for (const e of due) e.nextHeartbeat = Date.now() + Math.min(this.heartbeatMs, 500);
         throw err;
@@ -792,11 +1054,12 @@ export class SiloWorker<P = any, R = unknown> {
       /* one of them failed (a lost lease, most likely): find out which */
     }
     for (const e of due) {
-      if (e.state === 'done') continue;
+      if (e.state === 'done' || e.lost || this.closed) continue;
+      const sent = Date.now();
       try {
-        const rows = await this.q<{ cancelled: boolean }>(SQL_HEARTBEAT, [e.task.id, this.workerId, this.leaseMs],
+        const rows = await this.hq<{ cancelled: boolean }>(SQL_HEARTBEAT, [e.task.id, this.workerId, this.leaseMs],
           'silo_heartbeat');
-        e.leaseDeadline = sentAt + this.leaseMs;
+        e.leaseDeadline = Math.max(sent, this.hbSentAt) + this.leaseMs;
         if (rows[0]?.cancelled === true) this.cancelled(e);
       } catch (err) {
         const x = toSiloError(err);
@@ -833,45 +1096,102 @@ export class SiloWorker<P = any, R = unknown> {
     return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
-  private async shutdown(graceMs: number): Promise<void> {
-    if (!this.started || this.closed) {
-      this.stopping = true;
-      return;
-    }
-    this.stopping = true;
-    this.wake();
-    await this.leaseLoopDone;
-    let timer: NodeJS.Timeout | undefined;
-    const graceOver = new Promise<boolean>((resolve) => {
-      timer = setTimeout(() => resolve(true), graceMs);
+  /** Resolves true once p settles, false if deadline comes first. */
+  private until(p: Promise<unknown>, deadline: number): Promise<boolean> {
+    return new Promise<boolean>((resolve) => {
+      const ms = deadline - Date.now();
+      const timer = ms <= 2_147_483_647 ? setTimeout(() => resolve(false), Math.max(0, ms)) : undefined;
+      const settled = (): void => {
+        clearTimeout(timer);
+        resolve(true);
+      };
+      p.then(settled, settled);
     });
-    const timedOut = await Promise.race([this.handlersSettled().then(() => false), graceOver]);
-    clearTimeout(timer);
-    if (timedOut) {
+  }
+
+  /** Hand a task back (release; a refresh task: fail_refresh). */
+  private handBack(e: Execution): void {
+    e.released = true;
+    if (e.task.kind === 'run') {
+      this.track(this.call(e, 'release', SQL_RELEASE, [e.task.id, this.workerId], 'released'));
+    } else {
+      this.track(this.call(e, 'fail_refresh', SQL_FAIL_REFRESH, [e.task.id, this.workerId, 'worker shutting down'],
+        'refreshFailed'));
+    }
+  }
+
+  private async shutdown(graceMs: number): Promise<void> {
+    this.stopping = true;
+    if (!this.started || this.closed) return;
+    const t0 = Date.now();
+    const graceEnd = t0 + graceMs;
+    this.hardDeadline = graceEnd + this.stopTimeoutMs;
+    this.wake();
+    /* a start() in progress: let it finish (it starts nothing once stopping) */
+    if (this.startPromise) await this.until(this.startPromise.catch(() => undefined), this.hardDeadline);
+    if (this.closed) return; /* start() failed and closed what it had opened */
+    await this.until(this.leaseLoopDone, this.hardDeadline);
+    const settled = await this.until(this.handlersSettled(), graceEnd);
+    if (!settled) {
+      const aborted: Execution[] = [];
       for (const e of [...this.executions.values()]) {
-        if (e.state !== 'queued' && e.state !== 'running') continue;
-        e.released = true;
-        e.controller.abort(new WorkerStoppingError('the worker is stopping'));
-        if (e.task.kind === 'run') {
-          this.track(this.call(e, 'release', SQL_RELEASE, [e.task.id, this.workerId], 'released'));
+        if (e.lost || e.abandoned || e.released) continue;
+        if (e.state === 'queued') {
+          /* never started (it waits for an earlier attempt): hand it back */
+          e.controller.abort(new WorkerStoppingError('the worker is stopping'));
+          this.handBack(e);
+        } else if (e.state === 'running') {
+          e.stopAborted = true;
+          e.controller.abort(new WorkerStoppingError('the worker is stopping'));
+          aborted.push(e);
+        }
+      }
+      if (aborted.length > 0) {
+        await this.until(Promise.all(aborted.map((e) => e.settled)),
+          Math.min(Date.now() + SETTLE_AFTER_ABORT_MS, this.hardDeadline));
+      }
+      for (const e of aborted) {
+        if (e.state === 'done') continue;
+        if (e.lost) {
+          if (e.handlerDone) this.done(e, 'lost');
+          continue;
+        }
+        if (e.handlerDone) {
+          this.handBack(e);
         } else {
-          this.track(this.call(e, 'fail_refresh', SQL_FAIL_REFRESH, [e.task.id, this.workerId, 'worker shutting down'],
-            'refreshFailed'));
+          /*
+           * Its handler still runs: releasing the task would let another
+           * worker run the same attempt meanwhile.  Stop heartbeating it and
+           * report nothing; the lease runs out and the sweep retries the job.
+           */
+          e.abandoned = true;
+          this.report(new WorkerStoppingError(`the handler of task ${e.task.id} did not return after its signal`
+            + ' was aborted: its task is not released, its lease will run out'),
+          { phase: 'stop', taskId: e.task.id, jobId: this.jobIdOf(e) });
         }
       }
     }
-    /* let every report land: completions first, then the rest */
-    while (this.pending.length > 0 || this.flushing || this.flushScheduled || this.reports.size > 0) {
+    /* let every report land, completions first, until the deadline */
+    while ((this.pending.length > 0 || this.flushing || this.flushScheduled || this.reports.size > 0)
+      && Date.now() < this.hardDeadline) {
       if (this.pending.length > 0 && !this.flushing && !this.flushScheduled) this.track(this.flush());
-      await Promise.allSettled([...this.reports]);
+      await this.until(Promise.allSettled([...this.reports]), this.hardDeadline);
       await new Promise((r) => setImmediate(r));
     }
     this.closed = true;
     this.heartbeatWake?.();
-    await this.heartbeatLoopDone;
+    await this.until(this.heartbeatLoopDone, this.hardDeadline);
+    this.closeHeartbeatClient();
     this.closeListener();
     const pool = this.pool;
     this.pool = null;
-    if (pool) await pool.end().catch(() => undefined);
+    if (pool) {
+      const ended = pool.end().catch(() => undefined);
+      if (!(await this.until(ended, Math.max(this.hardDeadline, Date.now() + 100)))) {
+        /* queries that never came back hold their connections: close them under them */
+        const clients = (pool as unknown as { _clients?: pg.PoolClient[] })._clients ?? [];
+        for (const c of clients) destroyClient(c);
+      }
+    }
   }
 }

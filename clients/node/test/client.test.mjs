@@ -6,12 +6,12 @@ import pg from 'pg';
 
 import {
   AlreadyCancelledError, AlreadyTerminalError, ConflictError, ConnectionError, DuplicateJobError,
-  InconsistencyError, InvalidArgumentError, LeaseNotFoundError, LeaseOwnerMismatchError,
+  FeatureNotSupportedError, InconsistencyError, QueryCanceledError, UndefinedFunctionError, InvalidArgumentError, LeaseNotFoundError, LeaseOwnerMismatchError,
   NotExpeditableError, NotFoundError, NotOwnerError, NotRestartableError, NotTerminalError,
   PermissionDeniedError, PrerequisiteError, ShardUnavailableError, SiloClient, SiloError,
   TransactionStateError, WaitTimeoutError, WrongTaskKindError, toSiloError,
 } from '../dist/index.js';
-import { URL, admin, jobStatus, sql, unique, urlAs, value } from './helpers.mjs';
+import { URL, admin, jobStatus, sleep, sql, unique, urlAs, value } from './helpers.mjs';
 
 let client;
 
@@ -52,11 +52,29 @@ describe('enqueue', () => {
     assert.deepEqual(job.metadata, { customer: 'globex' });
     assert.equal(job.nextAttemptAt.getTime(), startAt.getTime());
     assert.ok(job.enqueuedAt instanceof Date);
-    const info = await sql('SELECT retry_count, retry_initial_ms, limits FROM silo.job_info'
-      + ' WHERE tenant = $1 AND id = $2', ['acme', id]);
-    assert.equal(info[0].retry_count, 3);
-    assert.equal(Number(info[0].retry_initial_ms), 2000);
-    assert.equal(info[0].limits[0].key, 'user:1');
+    // the retry policy and the limit, seen through silo's public API: run
+    // the job now, fail its first attempt, and look at what follows
+    await client.expedite(id, { tenant: 'acme' });
+    const leased = await sql('SELECT task_id, is_last_attempt FROM silo.lease($1, $2, 1, 60000)', ['w', group]);
+    assert.equal(leased.length, 1);
+    assert.equal(leased[0].is_last_attempt, false, 'retryCount 3: the first attempt is not the last');
+    const queue = await sql('SELECT kind, holders FROM silo.queues WHERE tenant = $1 AND queue = $2', ['acme', 'user:1']);
+    assert.deepEqual(queue.map((r) => [r.kind, Number(r.holders)]), [['concurrency', 1]]);
+    await sql("SELECT silo.fail($1, 'w', 'E')", [leased[0].task_id]);
+    const retry = await sql('SELECT status, extract(epoch FROM next_attempt_at - silo.now()) * 1000 AS wait_ms'
+      + ' FROM silo.jobs WHERE tenant = $1 AND id = $2', ['acme', id]);
+    assert.equal(retry[0].status, 'Retrying');
+    const wait = Number(retry[0].wait_ms);
+    assert.ok(wait > 1000 && wait <= 2000, `retry in ${wait} ms, initialIntervalMs 2000`);
+    await client.cancel(id, { tenant: 'acme' });
+  });
+
+  test('startAt as an ISO 8601 string', async () => {
+    const group = unique('enq');
+    const at = new Date(Date.now() + 7_200_000);
+    const id = await client.enqueue(group, {}, { startAt: at.toISOString() });
+    assert.equal((await client.getJob(id)).nextAttemptAt.getTime(), at.getTime());
+    await assert.rejects(client.enqueue(group, {}, { startAt: 12 }), InvalidArgumentError);
   });
 
   test('defaults: tenant "-", payload {}, a generated id, due now', async () => {
@@ -240,11 +258,12 @@ describe('awaitResult', () => {
     const id = await client.enqueue(group);
     const started = Date.now();
     const waiting = client.awaitResult(id, { timeoutMs: 10_000 });
-    setTimeout(async () => {
+    // end the job a little later, from another session (a failure here fails the test)
+    const ender = sleep(300).then(async () => {
       const t = await leaseOne(group);
       await sql(`SELECT silo.complete($1, 'w', '"done"')`, [t]);
-    }, 300);
-    const r = await waiting;
+    });
+    const [r] = await Promise.all([waiting, ender]);
     assert.equal(r.status, 'Succeeded');
     assert.equal(r.result, 'done');
     const took = Date.now() - started;
@@ -284,6 +303,55 @@ describe('awaitResult', () => {
     assert.equal(waiting, 0);
   });
 
+  test('no free connection in the pool: the timeout and the signal still end the wait', async () => {
+    const group = unique('await');
+    const id = await client.enqueue(group);
+    const pool = new pg.Pool({ connectionString: URL, max: 1 });
+    const c = new SiloClient({ pool });
+    try {
+      assert.equal(await c.hasWaitResult(), true);
+      const held = await pool.connect();
+      try {
+        let t0 = Date.now();
+        await assert.rejects(c.awaitResult(id, { timeoutMs: 300 }), WaitTimeoutError);
+        assert.ok(Date.now() - t0 < 3000, `timed out after ${Date.now() - t0} ms`);
+        const ac = new AbortController();
+        const reason = new Error('no more waiting');
+        const waiting = c.awaitResult(id, { timeoutMs: 60_000, signal: ac.signal });
+        t0 = Date.now();
+        ac.abort(reason);
+        await assert.rejects(waiting, (e) => e === reason);
+        assert.ok(Date.now() - t0 < 3000, `aborted after ${Date.now() - t0} ms`);
+      } finally {
+        held.release();
+      }
+      // the pool's one connection was handed back each time: a wait works again
+      await client.cancel(id);
+      assert.equal((await c.awaitResult(id, { timeoutMs: 5000 })).status, 'Cancelled');
+    } finally {
+      await pool.end();
+    }
+  });
+
+  test('hasWaitResult asks again a while after a no', async () => {
+    const c = new SiloClient(URL);
+    try {
+      let asked = 0;
+      const query = c.query.bind(c);
+      c.query = (...args) => { asked++; return asked === 1 ? Promise.resolve([{ ok: false }]) : query(...args); };
+      assert.equal(await c.hasWaitResult(), false);
+      assert.equal(await c.hasWaitResult(), false);
+      assert.equal(asked, 1, 'a no is kept for a while');
+      c.waitResultFalseUntil = Date.now() - 1; // as if the while had passed
+      assert.equal(await c.hasWaitResult(), true);
+      assert.equal(asked, 2);
+      assert.equal(await c.hasWaitResult(), true);
+      assert.equal(asked, 2, 'a yes is kept');
+    } finally {
+      await c.close();
+    }
+  });
+
   test('inside a transaction block: TransactionStateError (25001)', async () => {
     const conn = await admin.connect();
     try {
@@ -302,11 +370,11 @@ describe('awaitResult', () => {
     c.hasWaitResult = async () => false;
     try {
       const id = await c.enqueue(group);
-      setTimeout(async () => {
+      const ender = sleep(200).then(async () => {
         const t = await leaseOne(group);
         await sql(`SELECT silo.fail($1, 'w', 'E1')`, [t]);
-      }, 200);
-      const r = await c.awaitResult(id, { timeoutMs: 5000, maxPollIntervalMs: 100 });
+      });
+      const [r] = await Promise.all([c.awaitResult(id, { timeoutMs: 5000, maxPollIntervalMs: 100 }), ender]);
       assert.equal(r.status, 'Failed');
       assert.equal(r.errorCode, 'E1');
       const pending = await c.enqueue(group, {}, { startAt: new Date(Date.now() + 3_600_000) });
@@ -356,6 +424,7 @@ describe('error mapping', () => {
     ['23505', DuplicateJobError], ['42501', PermissionDeniedError], ['25000', TransactionStateError],
     ['25001', TransactionStateError], ['25006', TransactionStateError], ['55000', PrerequisiteError],
     ['40P01', ConflictError], ['40001', ConflictError], ['57P01', ConnectionError], ['08006', ConnectionError],
+    ['57014', QueryCanceledError], ['0A000', FeatureNotSupportedError], ['42883', UndefinedFunctionError],
   ];
 
   test('each SQLSTATE family has its class', () => {
@@ -413,6 +482,33 @@ describe('error mapping', () => {
     await sql("SELECT silo.complete($1, 'w')", [t]);
     const again = await admin.query("SELECT silo.complete($1, 'w')", [t]).catch((e) => e);
     assert.ok(toSiloError(again) instanceof LeaseNotFoundError);
+  });
+
+  test('a stale prepared statement (0A000) is retryable, and its connection is dropped', async () => {
+    const table = `node_stale_${process.pid}`;
+    await sql(`CREATE TABLE ${table} (a int)`);
+    const pool = new pg.Pool({ connectionString: URL, max: 1 });
+    try {
+      const c = new SiloClient({ pool });
+      const pidOf = () => pool.query({ name: 'pid', text: 'SELECT pg_backend_pid() AS pid' }).then((r) => r.rows[0].pid);
+      const first = await pidOf();
+      const stmt = { name: 'node_stale', text: `SELECT * FROM ${table}` };
+      await pool.query(stmt);
+      await sql(`ALTER TABLE ${table} ADD COLUMN b text`);
+      // through the client's own query path (what every method uses)
+      const err = await c.query(stmt.text, [], stmt.name).catch((e) => e);
+      assert.ok(err instanceof FeatureNotSupportedError, `${err}`);
+      assert.equal(err.code, '0A000');
+      assert.equal(err.retryable, true);
+      assert.notEqual(await pidOf(), first, 'the connection with the stale statement was dropped');
+      assert.deepEqual(await c.query(stmt.text, [], stmt.name), []);
+      const other = toSiloError(Object.assign(new Error('cannot prepare a transaction that changed silo\'s due tasks'),
+        { code: '0A000' }));
+      assert.equal(other.retryable, false);
+    } finally {
+      await pool.end();
+      await sql(`DROP TABLE ${table}`);
+    }
   });
 
   test('a refused connection is a ConnectionError', async () => {

@@ -10,7 +10,9 @@
 #                              CLUSTER_PID and CLUSTER_URL
 #                              (postgresql://postgres@/postgres?host=DIR)
 #   cluster_stop               stop it by its pid (fast shutdown, then
-#                              SIGQUIT after 30 s)
+#                              SIGQUIT after 30 s if it still runs)
+#   cluster_check              whether PostgreSQL 15, silo and pg_cron are
+#                              installed (cluster_start calls it)
 #   cluster_psql ARGS...       psql on it, stopping at the first error
 #
 # Nothing here touches another cluster: no TCP port, and the socket lives
@@ -32,10 +34,35 @@ cluster_psql()
 		-U postgres -d postgres -qAtX -v ON_ERROR_STOP=1 "$@"
 }
 
+# cluster_check: whether PostgreSQL 15's initdb, silo and pg_cron are
+# installed (silo with "make install" from the repository's root, pg_cron
+# from Debian's postgresql-15-cron); says what is missing if not.
+cluster_check()
+{
+	local share lib ext missing=0
+	if [ ! -x "$CLUSTER_PGBIN/initdb" ] || [ ! -x "$CLUSTER_PGBIN/pg_config" ]; then
+		echo "cluster.sh: no PostgreSQL 15 in $CLUSTER_PGBIN (set PGBIN, or install postgresql-15)" >&2
+		return 1
+	fi
+	share=$("$CLUSTER_PGBIN/pg_config" --sharedir) || return 1
+	lib=$("$CLUSTER_PGBIN/pg_config" --pkglibdir) || return 1
+	for ext in silo pg_cron; do
+		if [ ! -f "$share/extension/$ext.control" ] || [ ! -f "$lib/$ext.so" ]; then
+			echo "cluster.sh: the extension $ext is not installed ($share/extension/$ext.control, $lib/$ext.so)" >&2
+			missing=1
+		fi
+	done
+	if [ "$missing" -ne 0 ]; then
+		echo "cluster.sh: install silo with 'make install' from the repository's root, pg_cron with 'apt-get install postgresql-15-cron'" >&2
+		return 1
+	fi
+}
+
 cluster_start()
 {
 	local dir=$1 line
 	shift
+	cluster_check || return 1
 	CLUSTER_DIR=$dir
 	if [ "$(id -u)" = 0 ]; then chown postgres: "$dir" || return 1; fi
 	chmod 755 "$dir" || return 1
@@ -73,6 +100,9 @@ cluster_stop()
 		kill -0 "$CLUSTER_PID" 2>/dev/null || break
 		sleep 0.1
 	done
-	kill -QUIT "$CLUSTER_PID" 2>/dev/null
+	# still there after 30 s: immediate shutdown (only if it has not exited)
+	if kill -0 "$CLUSTER_PID" 2>/dev/null; then
+		kill -QUIT "$CLUSTER_PID" 2>/dev/null
+	fi
 	CLUSTER_PID=
 }

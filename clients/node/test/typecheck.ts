@@ -1,8 +1,8 @@
 // Compiled (not run) by test/run.sh: the package's declarations serve a
 // TypeScript user, and they refuse what silo would refuse.
 import {
-  JobResult, NotOwnerError, RefreshHandler, SiloClient, SiloError, SiloWorker, Task, TaskFailure,
-  TaskHandler, toSiloError,
+  FeatureNotSupportedError, JobResult, NotOwnerError, QueryCanceledError, RefreshHandler, SiloClient, SiloError, SiloWorker, Task, TaskFailure,
+  TaskHandler, UndefinedFunctionError, toSiloError,
 } from '../dist/index';
 
 interface Email { to: string; subject?: string }
@@ -42,6 +42,9 @@ async function producer(client: SiloClient): Promise<void> {
   await client.enqueue('emails', {}, { onConflict: 'replace' });
   // @ts-expect-error: a concurrency limit needs maxConcurrency
   await client.enqueue('emails', {}, { limits: [{ type: 'concurrency', key: 'k' }] });
+  await client.enqueue('emails', {}, { startAt: '2030-01-01T09:00:00Z' });
+  // @ts-expect-error: startAt is a Date or a string
+  await client.enqueue('emails', {}, { startAt: 1_900_000_000_000 });
   // @ts-expect-error: metadata values are strings
   await client.enqueue('emails', {}, { metadata: { n: 1 } });
 }
@@ -57,6 +60,8 @@ const refreshHandler: RefreshHandler = async (task) => Number(task.metadata.max 
 function errors(e: unknown): string | null {
   const err = toSiloError(e);
   if (err instanceof NotOwnerError) return err.ownerConninfo;
+  if (err instanceof FeatureNotSupportedError || err instanceof QueryCanceledError
+    || err instanceof UndefinedFunctionError) return err.code ?? null;
   if (err instanceof SiloError && err.retryable) return err.code ?? null;
   return null;
 }
@@ -72,6 +77,7 @@ export async function main(): Promise<void> {
     concurrency: 8,
     batchSize: 8,
     leaseMs: 30_000,
+    stopTimeoutMs: 5000,
     tenants: ['acme'],
     onError: (error, ctx) => console.error(ctx.phase, error.message),
   });

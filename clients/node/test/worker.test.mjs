@@ -261,6 +261,149 @@ describe('stop', () => {
   });
 });
 
+describe('stop, bounded', () => {
+  test('a handler that ignores its signal: stop() ends within grace + stopTimeoutMs, its task is not released', async () => {
+    const group = unique('stuck');
+    const stuckId = await client.enqueue(group, {}, { priority: 0 });
+    const quickId = await client.enqueue(group, {}, { priority: 1 });
+    const started = deferred();
+    const quickDone = deferred();
+    const never = deferred();
+    let reason;
+    const w = await startWorker({
+      taskGroup: group, concurrency: 2, leaseMs: 3000, stopTimeoutMs: 1500,
+      handler: async (task, { signal }) => {
+        if (task.jobId === quickId) {
+          quickDone.resolve();
+          return 'quick';
+        }
+        void abortedWith(signal).then((r) => { reason = r; });
+        started.resolve();
+        await never.promise; // ignores its signal
+        return 'late';
+      },
+    });
+    // the quick job's completion never comes back (a server that does not answer)
+    const q = w.q.bind(w);
+    w.q = (text, values, name, prepared) => (name === 'silo_complete_many' || name === 'silo_complete'
+      ? new Promise(() => {}) : q(text, values, name, prepared));
+    await started.promise;
+    await quickDone.promise;
+    const t0 = Date.now();
+    await stopWorker(w, { graceMs: 300 });
+    const took = Date.now() - t0;
+    assert.ok(took >= 290, `stop() took ${took} ms, less than the grace period`);
+    assert.ok(took < 300 + 1500 + 700, `stop() took ${took} ms`);
+    assert.ok(reason instanceof WorkerStoppingError);
+    // not released: another worker cannot start the attempt while the handler runs
+    assert.equal(w.stats.released, 0);
+    assert.equal(await jobStatus(stuckId), 'Running');
+    assert.ok(w.errors.some((e) => e.ctx.phase === 'stop' && e.ctx.jobId === stuckId), 'the abandoned task was reported');
+    // when the handler returns at last, nothing is reported for it
+    never.resolve();
+    await waitFor(() => w.stats.lost >= 1, { message: 'the late handler counted as lost' });
+    assert.equal(w.stats.succeeded, 0);
+    assert.equal(w.stats.running, 0);
+  });
+
+  test('stop() during start() leaves no connection open', async () => {
+    const app = unique('app');
+    const w = new SiloWorker({ connection: urlAs('postgres', app), taskGroup: unique('x'), handler: () => undefined });
+    const starting = w.start();
+    const stopping = w.stop();
+    await Promise.allSettled([starting]);
+    await stopping;
+    await waitFor(async () => await value('SELECT count(*)::int FROM pg_stat_activity WHERE application_name = $1',
+      [app]) === 0, { message: 'no connection of the worker left' });
+    assert.equal(w.isRunning, false);
+  });
+
+  test('heartbeatIntervalMs must be below half of leaseMs', () => {
+    const base = { taskGroup: 'x', handler: () => undefined, leaseMs: 1000 };
+    assert.throws(() => new SiloWorker({ ...base, heartbeatIntervalMs: 500 }), /heartbeatIntervalMs.*below half of leaseMs/);
+    assert.throws(() => new SiloWorker({ ...base, heartbeatIntervalMs: 900 }), RangeError);
+    assert.ok(new SiloWorker({ ...base, heartbeatIntervalMs: 499 }));
+  });
+});
+
+describe('leases that run out', () => {
+  test('no heartbeat gets through: the signal fires with LeaseLostError once the lease has run out', async () => {
+    const group = unique('lapse');
+    const app = unique('app');
+    const id = await client.enqueue(group);
+    const started = deferred();
+    const aborted = deferred();
+    const w = await startWorker({
+      connection: urlAs('postgres', app), taskGroup: group, leaseMs: 1000, heartbeatIntervalMs: 300,
+      reconnectDelayMs: { initial: 50, max: 200 },
+      handler: async (task, { signal }) => {
+        started.resolve();
+        const reason = await abortedWith(signal);
+        // how long the server still gives the lease (none: already swept)
+        const left = await value('SELECT (extract(epoch FROM expires_at - silo.now()) * 1000)::int FROM silo.leases'
+          + ' WHERE task_id = $1', [task.id]);
+        aborted.resolve({ reason, left, at: Date.now() });
+        return 'too late';
+      },
+    });
+    await started.promise;
+    // every connection made from now on fails (the heartbeats' included),
+    // and the heartbeating connection there is now is cut
+    w.config = { host: '/nonexistent-silo-socket-dir', user: 'postgres', database: 'postgres' };
+    const cutAt = Date.now();
+    await sql('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [app]);
+    const { reason, left, at } = await aborted.promise;
+    assert.ok(reason instanceof LeaseLostError, `reason: ${reason}`);
+    // not long before the server's lease ran out (our clock counts from when the heartbeat was sent)
+    assert.ok(left === undefined || left <= 300, `the server still held the lease for ${left} ms`);
+    assert.ok(at - cutAt < 1000 + 1000, `aborted ${at - cutAt} ms after the cut`);
+    await waitFor(() => w.stats.lost === 1, { message: 'the task counted as lost' });
+    assert.equal(w.stats.succeeded, 0);
+    assert.ok(w.errors.some((e) => e.ctx.phase === 'heartbeat' && e.ctx.jobId === id));
+    await stopWorker(w, { graceMs: 0 });
+    assert.notEqual(await value('SELECT result FROM silo.attempts WHERE job_id = $1 AND attempt = 1', [id]), 'too late');
+  });
+});
+
+describe('what a handler throws or returns cannot crash the worker', () => {
+  test('unserialisable failure data, a non-string error code, a cyclic result', async () => {
+    const group = unique('odd');
+    const ids = await client.enqueueMany([
+      { taskGroup: group, payload: 'bigint' }, { taskGroup: group, payload: 'code' },
+      { taskGroup: group, payload: 'cycle' }, { taskGroup: group, payload: 'nul' },
+    ]);
+    const unhandled = [];
+    const onUnhandled = (err) => unhandled.push(err);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const w = await startWorker({
+        taskGroup: group,
+        handler: async (task) => {
+          const cyclic = {};
+          cyclic.self = cyclic;
+          if (task.payload === 'bigint') throw new TaskFailure('BIG', { n: 10n });
+          if (task.payload === 'code') throw new TaskFailure(42, cyclic);
+          if (task.payload === 'nul') return { text: 'a\u0000b' }; // jsonb refuses \u0000
+          return cyclic;
+        },
+      });
+      await waitForStatus(ids, ['Failed']);
+      await stopWorker(w);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+    assert.deepEqual(unhandled, []);
+    const byPayload = {};
+    for (const [i, p] of ['bigint', 'code', 'cycle', 'nul'].entries()) byPayload[p] = await client.getJobResult(ids[i]);
+    assert.equal(byPayload.bigint.errorCode, 'BIG');
+    assert.match(byPayload.bigint.errorData.message, /not JSON/);
+    assert.equal(byPayload.code.errorCode, 'ERROR');
+    assert.equal(byPayload.cycle.errorCode, 'RESULT_NOT_JSON');
+    assert.equal(byPayload.nul.errorCode, 'ERROR');
+    assert.match(byPayload.nul.errorData.message, /refused the complete report/);
+  });
+});
+
 describe('refresh tasks of floating limits', () => {
   test('refreshHandler raises the max; waiting jobs run; a throw fails the refresh', async () => {
     const group = unique('float');
@@ -367,8 +510,9 @@ describe('connections', () => {
       + " AND query = 'LISTEN silo_task_ready'", [app])).length > 0, { message: 'LISTEN again' });
     const t0 = Date.now();
     const more = await client.enqueueMany(Array.from({ length: 5 }, () => ({ taskGroup: group })));
-    await waitForStatus(more, ['Succeeded'], 10000);
-    assert.ok(Date.now() - t0 < 15000, `${Date.now() - t0} ms`);
+    await waitForStatus(more, ['Succeeded'], 20000);
+    // a wake-up, not the 60 s poll (nor a lease after a reconnect's backoff) found them
+    assert.ok(Date.now() - t0 < 5000, `${Date.now() - t0} ms`);
     await stopWorker(w);
     for (const id of [first, ...more]) assert.equal(runs.get(id), 1);
     assert.ok(w.stats.reconnects >= 1);
