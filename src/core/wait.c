@@ -7,15 +7,15 @@
  * A statement that sleeps keeps its snapshot, and its xmin holds back
  * the clean-up of every table: a thousand sleeping SELECTs would bloat the
  * queue as a long transaction does.  So silo.wait_result is a procedure,
- * and it commits before it sleeps.  It registers the job in the waiters'
- * table (ipc/waiters.c) first, then looks at the job under a snapshot
- * taken after the registration: when the job has ended, the look's
- * result is returned; while it is Pending, the procedure commits its
- * transaction (SPI_commit: the snapshot and every lock go, no xid was
- * ever taken, and a new transaction without a snapshot starts) and sleeps
- * on its latch until the transaction that ends the job wakes it after its
- * commit (and takes it out of the table), then registers again and looks
- * again.  The timeout, a cancel and statement_timeout
+ * and it commits before it sleeps.  It looks at the job: when the job has
+ * ended, the look's result is returned.  While it is Pending, it
+ * registers the job in the waiters' table (ipc/waiters.c) and looks again
+ * under a snapshot taken after the registration; still Pending, the
+ * procedure commits its transaction (SPI_commit: the snapshot and every
+ * lock go, no xid was ever taken, and a new transaction without a
+ * snapshot starts) and sleeps on its latch until the transaction that
+ * ends the job wakes it after its commit (and takes it out of the table),
+ * then starts over.  The timeout, a cancel and statement_timeout
  * interrupt the sleep (CHECK_FOR_INTERRUPTS); the error aborts the
  * current transaction, which ends the registration.
  *
@@ -182,7 +182,27 @@ silo_job_wait_result(const char *tenant, const char *id, int64 timeout_us, Oid o
 		bool		ended;
 
 		CHECK_FOR_INTERRUPTS();
-		/* before the look (a wake-up took the registration with it) */
+
+		/*
+		 * A first look without registering: a job that has ended (the call
+		 * for a finished job, and nearly every wake-up) costs no trip to the
+		 * waiters' lock.  A thousand waiters woken by one commit would
+		 * otherwise queue for it twice each, and on a small machine each
+		 * hand-over of the lock waits for the scheduler.
+		 */
+		MemoryContextReset(lookcxt);
+		old = MemoryContextSwitchTo(lookcxt);
+		ended = wait_look(tenant_copy, id_copy, owner, callcxt, values, nulls);
+		MemoryContextSwitchTo(old);
+		if (ended)
+			break;
+
+		/*
+		 * Pending: register, then look again under a snapshot taken after
+		 * the registration, so that an end committed in between is seen by
+		 * this look or wakes the registration (a wake-up took the previous
+		 * one with it).
+		 */
 		silo_wait_register(key);
 		MemoryContextReset(lookcxt);
 		old = MemoryContextSwitchTo(lookcxt);
