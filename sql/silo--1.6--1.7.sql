@@ -793,3 +793,76 @@ REVOKE ALL ON FUNCTION silo.shard_served(text), silo.shard_drain(integer, intege
 	silo.move_target_prepare(integer, bigint, text, bigint, bigint),
 	silo.move_target_progress(integer), silo.move_target_acquired(integer, bigint, bigint),
 	silo.shard_wipe(integer, bigint, bigint) FROM PUBLIC;
+
+/*
+ * A worker's heartbeat and reports name the tenant of the task they answer
+ * (optional, as Silo's worker RPCs carry tenant_id): in cluster mode a node
+ * that no longer holds the lease row, because the task's shard moved, can
+ * then answer SL020 with the new owner instead of SL001, and the worker
+ * follows the hint.  A new trailing argument with a default: the old
+ * signatures are dropped so that calls without it are not ambiguous.
+ */
+DROP FUNCTION silo.heartbeat(uuid, text, integer);
+CREATE FUNCTION silo.heartbeat(task_id uuid, worker_id text, lease_ms integer DEFAULT 10000,
+							   tenant text DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'silo_heartbeat'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off;
+
+DROP FUNCTION silo.complete(uuid, text, jsonb);
+CREATE FUNCTION silo.complete(task_id uuid, worker_id text, result jsonb DEFAULT NULL,
+							  tenant text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'silo_complete'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off;
+
+DROP FUNCTION silo.fail(uuid, text, text, jsonb);
+CREATE FUNCTION silo.fail(task_id uuid, worker_id text, error_code text,
+						  error_data jsonb DEFAULT NULL, tenant text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'silo_fail'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off;
+
+DROP FUNCTION silo.ack_cancel(uuid, text);
+CREATE FUNCTION silo.ack_cancel(task_id uuid, worker_id text, tenant text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'silo_ack_cancel'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off;
+
+DROP FUNCTION silo.release(uuid, text);
+CREATE FUNCTION silo.release(task_id uuid, worker_id text, tenant text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'silo_release'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off;
+
+DROP FUNCTION silo.report_refresh(uuid, text, integer);
+CREATE FUNCTION silo.report_refresh(task_id uuid, worker_id text, new_max_concurrency integer,
+									tenant text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'silo_report_refresh'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off;
+
+DROP FUNCTION silo.fail_refresh(uuid, text, text);
+CREATE FUNCTION silo.fail_refresh(task_id uuid, worker_id text, error text,
+								  tenant text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'silo_fail_refresh'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off;
+
+REVOKE ALL ON FUNCTION silo.heartbeat(uuid, text, integer, text),
+	silo.complete(uuid, text, jsonb, text), silo.fail(uuid, text, text, jsonb, text),
+	silo.ack_cancel(uuid, text, text), silo.release(uuid, text, text),
+	silo.report_refresh(uuid, text, integer, text), silo.fail_refresh(uuid, text, text, text)
+	FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION silo.heartbeat(uuid, text, integer, text),
+	silo.complete(uuid, text, jsonb, text), silo.fail(uuid, text, text, jsonb, text),
+	silo.ack_cancel(uuid, text, text), silo.release(uuid, text, text),
+	silo.report_refresh(uuid, text, integer, text), silo.fail_refresh(uuid, text, text, text)
+	TO silo_worker, silo_admin;

@@ -198,9 +198,26 @@ SET ROLE regress_t1_producer;
 SELECT job_id, status, task_id IS NULL AS task_id_hidden FROM silo.attempts WHERE status = 'Running';
 RESET ROLE;
 SELECT count(*) AS admin_sees_task_ids FROM silo.attempts WHERE status = 'Running' AND task_id IS NOT NULL;
--- t1's worker reports its own lease
+-- a report may name the task's tenant (cluster mode routes by it): a
+-- tenant the role is not bound to is refused (42501) before the lease is
+-- looked up, a bad one is 22023, and the report writes nothing
 SET ROLE regress_t1_worker;
-SELECT silo.complete(:'t1_task', 'w1');
+SELECT label, test_helpers.sqlstate_of(sql) AS refused FROM (VALUES
+  ('heartbeat, t2', format('SELECT silo.heartbeat(%L, %L, 10000, %L)', :'t1_task', 'w1', 't2')),
+  ('complete, t2', format('SELECT silo.complete(%L, %L, NULL, %L)', :'t1_task', 'w1', 't2')),
+  ('fail, t2', format('SELECT silo.fail(%L, %L, %L, NULL, %L)', :'t1_task', 'w1', 'X', 't2')),
+  ('release, t2', format('SELECT silo.release(%L, %L, %L)', :'t1_task', 'w1', 't2')),
+  ('ack_cancel, t2', format('SELECT silo.ack_cancel(%L, %L, %L)', :'t1_task', 'w1', 't2')),
+  ('report_refresh, t2', format('SELECT silo.report_refresh(%L, %L, 1, %L)', :'t1_task', 'w1', 't2')),
+  ('fail_refresh, t2', format('SELECT silo.fail_refresh(%L, %L, %L, %L)', :'t1_task', 'w1', 'e', 't2')),
+  ('complete, empty tenant', format('SELECT silo.complete(%L, %L, NULL, %L)', :'t1_task', 'w1', ''))
+  ) t(label, sql);
+RESET ROLE;
+SELECT status FROM silo.jobs WHERE tenant = 't1' AND id = 'j1';
+SET ROLE regress_t1_worker;
+-- t1's worker reports its own lease, naming its tenant
+SELECT silo.heartbeat(:'t1_task', 'w1', tenant => 't1') AS cancelled;
+SELECT silo.complete(:'t1_task', 'w1', tenant => 't1');
 RESET ROLE;
 SELECT status FROM silo.jobs WHERE tenant = 't1' AND id = 'j1';
 

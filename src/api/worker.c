@@ -124,9 +124,26 @@ silo_lease(PG_FUNCTION_ARGS)
 }
 
 /*
+ * report_tenant: the optional tenant argument (argno) of a heartbeat or a
+ * report, the tenant of the task it answers.  When given, the prologue's
+ * tenant half runs on it before the lease is looked up: the caller's
+ * bindings, and in cluster mode the tenant's shard, so that a node the
+ * task's shard has moved away from answers SL020 with the new owner
+ * rather than SL001 (it no longer holds the lease row).  The lease's own
+ * tenant is checked as before once the lease is found.
+ */
+static void
+report_tenant(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return;
+	silo_api_tenant(silo_text_arg(fcinfo, argno, "tenant", 1, SILO_MAX_TENANT_LEN));
+}
+
+/*
  * silo_heartbeat: SQL entry point silo.heartbeat(task_id, worker_id,
- * lease_ms).  Extends a live lease owned by worker_id; returns whether the
- * job has been cancelled.
+ * lease_ms, tenant).  Extends a live lease owned by worker_id; returns
+ * whether the job has been cancelled.
  */
 Datum
 silo_heartbeat(PG_FUNCTION_ARGS)
@@ -140,6 +157,7 @@ silo_heartbeat(PG_FUNCTION_ARGS)
 	lease_ms = PG_GETARG_INT32(2);
 	silo_check_range("lease_ms", lease_ms, SILO_MIN_LEASE_MS, SILO_MAX_LEASE_MS);
 	silo_api_begin("silo.heartbeat", SILO_API_WRITES);
+	report_tenant(fcinfo, 3);
 
 	PG_RETURN_BOOL(silo_heartbeat_lease(PG_GETARG_DATUM(0), worker_id, lease_ms));
 }
@@ -148,26 +166,29 @@ silo_heartbeat(PG_FUNCTION_ARGS)
  * report_args: the task_id and worker_id arguments (0 and 1) every report
  * takes, checked, then the prologue of report fn: a report locks its lease
  * and then reads what a concurrent transaction committed while it waited,
- * which needs READ COMMITTED.
+ * which needs READ COMMITTED; then the optional tenant (argument
+ * tenant_argno, see report_tenant).
  */
 static char *
-report_args(FunctionCallInfo fcinfo, const char *fn)
+report_args(FunctionCallInfo fcinfo, const char *fn, int tenant_argno)
 {
 	char	   *worker_id;
 
 	silo_require_arg(fcinfo, 0, "task_id");
 	worker_id = silo_text_arg(fcinfo, 1, "worker_id", 1, SILO_MAX_WORKER_LEN);
 	silo_api_begin(fn, SILO_API_READ_COMMITTED | SILO_API_WRITES);
+	report_tenant(fcinfo, tenant_argno);
 	return worker_id;
 }
 
 /*
- * silo_complete: SQL entry point silo.complete(task_id, worker_id, result).
+ * silo_complete: SQL entry point silo.complete(task_id, worker_id, result,
+ * tenant).
  */
 Datum
 silo_complete(PG_FUNCTION_ARGS)
 {
-	char	   *worker_id = report_args(fcinfo, "silo.complete");
+	char	   *worker_id = report_args(fcinfo, "silo.complete", 3);
 
 	silo_report_outcome(PG_GETARG_DATUM(0), worker_id, SILO_OUTCOME_SUCCEEDED,
 						PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2), NULL, NULL);
@@ -176,13 +197,13 @@ silo_complete(PG_FUNCTION_ARGS)
 
 /*
  * silo_fail: SQL entry point silo.fail(task_id, worker_id, error_code,
- * error_data).  Retries per the job's policy.
+ * error_data, tenant).  Retries per the job's policy.
  */
 Datum
 silo_fail(PG_FUNCTION_ARGS)
 {
 	char	   *error_code = silo_text_arg(fcinfo, 2, "error_code", 1, SILO_MAX_ERROR_CODE_LEN);
-	char	   *worker_id = report_args(fcinfo, "silo.fail");
+	char	   *worker_id = report_args(fcinfo, "silo.fail", 4);
 
 	silo_report_outcome(PG_GETARG_DATUM(0), worker_id, SILO_OUTCOME_FAILED, NULL, error_code,
 						PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3));
@@ -190,27 +211,28 @@ silo_fail(PG_FUNCTION_ARGS)
 }
 
 /*
- * silo_ack_cancel: SQL entry point silo.ack_cancel(task_id, worker_id).
+ * silo_ack_cancel: SQL entry point silo.ack_cancel(task_id, worker_id,
+ * tenant).
  * Ends the job Cancelled, whether or not a cancel was requested (a worker
  * may cancel its own job).
  */
 Datum
 silo_ack_cancel(PG_FUNCTION_ARGS)
 {
-	char	   *worker_id = report_args(fcinfo, "silo.ack_cancel");
+	char	   *worker_id = report_args(fcinfo, "silo.ack_cancel", 2);
 
 	silo_report_outcome(PG_GETARG_DATUM(0), worker_id, SILO_OUTCOME_CANCELLED, NULL, NULL, NULL);
 	PG_RETURN_VOID();
 }
 
 /*
- * silo_release: SQL entry point silo.release(task_id, worker_id).  Hands
+ * silo_release: SQL entry point silo.release(task_id, worker_id, tenant).  Hands
  * the task back without using up an attempt (core/outcome.c).
  */
 Datum
 silo_release(PG_FUNCTION_ARGS)
 {
-	char	   *worker_id = report_args(fcinfo, "silo.release");
+	char	   *worker_id = report_args(fcinfo, "silo.release", 2);
 
 	silo_release_task(PG_GETARG_DATUM(0), worker_id);
 	PG_RETURN_VOID();
@@ -343,7 +365,7 @@ silo_complete_many(PG_FUNCTION_ARGS)
 
 /*
  * silo_report_refresh: SQL entry point silo.report_refresh(task_id,
- * worker_id, new_max_concurrency): set the key's max and grant waiting
+ * worker_id, new_max_concurrency, tenant): set the key's max and grant waiting
  * jobs at once if it grew.
  */
 Datum
@@ -355,7 +377,7 @@ silo_report_refresh(PG_FUNCTION_ARGS)
 	silo_require_arg(fcinfo, 2, "new_max_concurrency");
 	new_max = PG_GETARG_INT32(2);
 	silo_check_range("new_max_concurrency", new_max, 1, PG_INT32_MAX);
-	worker_id = report_args(fcinfo, "silo.report_refresh");
+	worker_id = report_args(fcinfo, "silo.report_refresh", 3);
 	silo_report_refresh_end(PG_GETARG_DATUM(0), worker_id, SILO_FLOATING_REPORTED, new_max,
 							NULL);
 	PG_RETURN_VOID();
@@ -363,13 +385,13 @@ silo_report_refresh(PG_FUNCTION_ARGS)
 
 /*
  * silo_fail_refresh: SQL entry point silo.fail_refresh(task_id,
- * worker_id, error): keep the max, back off and try again.
+ * worker_id, error, tenant): keep the max, back off and try again.
  */
 Datum
 silo_fail_refresh(PG_FUNCTION_ARGS)
 {
 	char	   *error = silo_text_arg(fcinfo, 2, "error", 1, SILO_MAX_META_VALUE_LEN);
-	char	   *worker_id = report_args(fcinfo, "silo.fail_refresh");
+	char	   *worker_id = report_args(fcinfo, "silo.fail_refresh", 3);
 
 	silo_report_refresh_end(PG_GETARG_DATUM(0), worker_id, SILO_FLOATING_FAILED, 0, error);
 	PG_RETURN_VOID();

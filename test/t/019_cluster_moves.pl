@@ -402,7 +402,22 @@ check_exactly_once(\@nodes, \%expected, 'after the join');
 	$n1->psql('postgres', "SELECT silo.complete('$task', 'w', '{\"late\": true}')",
 		stdout => \$out, stderr => \$err, extra_params => [ '-v', 'VERBOSITY=verbose' ]);
 	like($err, qr/SL001/, '... its completion on node 1 finds no lease there');
-	my $rc = $n2->psql('postgres', "SELECT silo.complete('$task', 'w', '{\"late\": true}')",
+	# with the tenant (as silo.leased_task returned it), node 1 names the
+	# owner: SL020, with node 2's id in the hint and the detail
+	($out, $err) = ('', '');
+	$n1->psql('postgres', "SELECT silo.heartbeat('$task', 'w', 600000, tenant => '$tenant')",
+		stdout => \$out, stderr => \$err, extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like($err, qr/SL020/, '... a heartbeat that names the tenant gets SL020 on node 1');
+	like($err, qr/"owner_node_id": "$n2->{node_id}"/, '... whose detail names node 2');
+	($out, $err) = ('', '');
+	$n1->psql('postgres', "SELECT silo.complete('$task', 'w', '{\"late\": true}', '$tenant')",
+		stdout => \$out, stderr => \$err, extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like($err, qr/SL020/, '... and so does its completion');
+	like($err, qr/HINT:  Send the call to node "$n2->{node_id}"/, '... with a hint to send it to node 2');
+	is($n2->safe_psql('postgres',
+			"SELECT silo.heartbeat('$task', 'w', 600000, tenant => '$tenant')"),
+		'f', '... where the heartbeat that names the tenant extends the lease');
+	my $rc = $n2->psql('postgres', "SELECT silo.complete('$task', 'w', '{\"late\": true}', '$tenant')",
 		stdout => \$out, stderr => \$err);
 	is($rc, 0, '... and completes on node 2, where the lease moved')
 	  or diag($err);
