@@ -1,0 +1,39 @@
+"""silo_client: the Python client and worker for silo, the job queue inside PostgreSQL.
+
+Synchronous: SiloClient, SiloWorker.  asyncio: AsyncSiloClient,
+AsyncSiloWorker (also importable from silo_client.aio).  Built on psycopg 3.
+"""
+
+from .aio import AsyncSiloClient
+from .client import SiloClient
+from .errors import (
+    SQLSTATE, AlreadyCancelledError, AlreadyTerminalError, ConflictError, DuplicateJobError,
+    FeatureNotSupportedError, InconsistencyError, InvalidArgumentError, JobCancelledError, LeaseLostError,
+    LeaseNotFoundError, LeaseOwnerMismatchError, NotExpeditableError, NotFoundError, NotOwnerError,
+    NotRestartableError, NotTerminalError, PermissionDeniedError, PrerequisiteError, QueryCanceledError,
+    ShardUnavailableError, SiloConnectionError, SiloError, TransactionStateError, UndefinedFunctionError,
+    WaitTimeoutError, WorkerStoppingError, WrongTaskKindError, is_connection_error, to_silo_error,
+)
+from .types import (
+    UNSET, ConcurrencyLimit, FloatingConcurrencyLimit, Job, JobResult, JobSpec, RateLimit, RateLimitRetryPolicy,
+    RefreshTask, RetryPolicy, Task,
+)
+from .worker import (
+    AsyncSiloWorker, SiloWorker, TaskContext, TaskFailure, WorkerErrorContext, WorkerStats,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SiloClient", "AsyncSiloClient", "SiloWorker", "AsyncSiloWorker", "TaskContext", "TaskFailure",
+    "WorkerErrorContext", "WorkerStats",
+    "UNSET", "ConcurrencyLimit", "FloatingConcurrencyLimit", "Job", "JobResult", "JobSpec", "RateLimit",
+    "RateLimitRetryPolicy", "RefreshTask", "RetryPolicy", "Task",
+    "SQLSTATE", "SiloError", "AlreadyCancelledError", "AlreadyTerminalError", "ConflictError", "DuplicateJobError",
+    "FeatureNotSupportedError", "InconsistencyError", "InvalidArgumentError", "JobCancelledError",
+    "LeaseLostError", "LeaseNotFoundError", "LeaseOwnerMismatchError", "NotExpeditableError", "NotFoundError",
+    "NotOwnerError", "NotRestartableError", "NotTerminalError", "PermissionDeniedError", "PrerequisiteError",
+    "QueryCanceledError", "ShardUnavailableError", "SiloConnectionError", "TransactionStateError",
+    "UndefinedFunctionError", "WaitTimeoutError", "WorkerStoppingError", "WrongTaskKindError",
+    "is_connection_error", "to_silo_error",
+]

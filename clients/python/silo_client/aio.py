@@ -1,0 +1,151 @@
+"""The asyncio API: AsyncSiloClient (here) and AsyncSiloWorker (worker.py).
+
+AsyncSiloClient is SiloClient's twin on psycopg.AsyncConnection: the same
+methods, as coroutines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Union
+
+import psycopg
+from psycopg.rows import dict_row
+
+from . import _sql
+from ._pool import AsyncPool
+from .client import WAIT_RESULT_RECHECK_S
+from .errors import NotTerminalError, WaitTimeoutError, to_silo_error
+from .types import UNSET, Job, JobResult, JobSpec, Limit, RetryPolicy
+from .worker import AsyncSiloWorker
+
+__all__ = ["AsyncSiloClient", "AsyncSiloWorker"]
+
+
+class AsyncSiloClient:
+    """SiloClient on asyncio: a pool of AsyncConnections, or one AsyncConnection of yours (``conn=``).
+
+    ``async with AsyncSiloClient(url) as client: ...``, or call close().
+    """
+
+    def __init__(self, conninfo: str = "", *, conn: Optional[psycopg.AsyncConnection] = None,
+                 max_connections: int = 4, application_name: str = "silo-python-client", **kwargs: Any):
+        self._conn = conn
+        self._pool = None if conn is not None else AsyncPool(conninfo, max_connections, application_name, **kwargs)
+        self._wait_result_known: Optional[bool] = None
+        self._wait_result_recheck = 0.0
+
+    def with_connection(self, conn: psycopg.AsyncConnection) -> "AsyncSiloClient":
+        """A client that runs its calls on conn (e.g. inside your transaction)."""
+        return AsyncSiloClient(conn=conn)
+
+    async def close(self) -> None:
+        """Close the pool this client made (a connection passed in stays open)."""
+        if self._pool is not None:
+            await self._pool.close()
+
+    async def __aenter__(self) -> "AsyncSiloClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    @asynccontextmanager
+    async def _connection(self, deadline: Optional[float] = None) -> AsyncIterator[psycopg.AsyncConnection]:
+        if self._conn is not None:
+            yield self._conn
+        else:
+            assert self._pool is not None
+            async with self._pool.connection(deadline) as c:
+                yield c
+
+    async def _query(self, stmt: _sql.Stmt, deadline: Optional[float] = None) -> List[Dict[str, Any]]:
+        text, params, prepare = stmt
+        try:
+            async with self._connection(deadline) as conn:
+                async with conn.cursor(row_factory=dict_row) as cur:
+                    await cur.execute(text, params, prepare=prepare)
+                    return await cur.fetchall() if cur.description else []
+        except psycopg.Error as e:
+            raise to_silo_error(e) from e
+
+    async def enqueue(self, task_group: str, payload: Any = UNSET, *, tenant: Optional[str] = None,
+                      id: Optional[str] = None, priority: Optional[int] = None, start_at: Any = None,
+                      retry_policy: Union[RetryPolicy, Dict[str, Any], None] = None,
+                      limits: Optional[Sequence[Limit]] = None, metadata: Optional[Mapping[str, str]] = None,
+                      on_conflict: Optional[str] = None) -> str:
+        """Enqueue a job (silo.enqueue) and return its id (see SiloClient.enqueue)."""
+        rows = await self._query(_sql.enqueue(task_group, payload, tenant, id, priority, start_at, retry_policy,
+                                              limits, metadata, on_conflict))
+        return rows[0]["id"]
+
+    async def enqueue_many(self, jobs: Sequence[Union[JobSpec, Mapping[str, Any]]]) -> List[str]:
+        """Enqueue many jobs in one statement (silo.enqueue_many): all or none; ids in input order."""
+        if not jobs:
+            return []
+        return [r["id"] for r in await self._query(_sql.enqueue_many(jobs))]
+
+    async def get_job(self, id: str, *, tenant: str = "-") -> Optional[Job]:
+        rows = await self._query(_sql.get_job(id, tenant))
+        return Job.from_row(rows[0]) if rows else None
+
+    async def cancel(self, id: str, *, tenant: str = "-") -> None:
+        await self._query(_sql.job_op("cancel", id, tenant))
+
+    async def restart(self, id: str, *, tenant: str = "-") -> None:
+        await self._query(_sql.job_op("restart", id, tenant))
+
+    async def expedite(self, id: str, *, tenant: str = "-") -> None:
+        await self._query(_sql.job_op("expedite", id, tenant))
+
+    async def delete_job(self, id: str, *, tenant: str = "-") -> bool:
+        return bool((await self._query(_sql.job_op("delete_job", id, tenant)))[0]["r"])
+
+    async def get_job_result(self, id: str, *, tenant: str = "-") -> JobResult:
+        return JobResult.from_row((await self._query(_sql.job_result(id, tenant)))[0])
+
+    async def has_wait_result(self) -> bool:
+        now = time.monotonic()
+        if self._wait_result_known is None or (not self._wait_result_known and now >= self._wait_result_recheck):
+            ok = bool((await self._query(_sql.has_wait_result()))[0]["ok"])
+            self._wait_result_known = ok
+            self._wait_result_recheck = now + WAIT_RESULT_RECHECK_S
+        return self._wait_result_known
+
+    async def await_result(self, id: str, *, tenant: str = "-", timeout: float = 30.0,
+                           max_poll_interval: float = 1.0) -> JobResult:
+        """Wait until the job has ended (CALL silo.wait_result) and return its outcome.
+
+        As SiloClient.await_result.  Cancelling the awaiting task (or
+        asyncio.wait_for around it) cancels the wait in the server too, and
+        the connection it used is dropped.
+        """
+        _sql.check_timeout(timeout)
+        deadline = time.monotonic() + timeout
+        if not await self.has_wait_result():
+            return await self._poll(id, tenant, deadline, max_poll_interval)
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                rows = await self._query(_sql.wait_result(id, tenant, max(left, 0.001)), deadline)
+                return JobResult.from_row(rows[0])
+            except WaitTimeoutError:
+                if deadline - time.monotonic() > 0.001:
+                    continue
+                raise
+
+    async def _poll(self, id: str, tenant: str, deadline: float, max_pause: float) -> JobResult:
+        pause = 0.05
+        while True:
+            try:
+                return await self.get_job_result(id, tenant=tenant)
+            except NotTerminalError:
+                pass
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WaitTimeoutError("job did not end within the timeout",
+                                       detail=f'Job "{id}" of tenant "{tenant}" was still pending.')
+            await asyncio.sleep(min(pause, left))
+            pause = min(max(0.01, max_pause), pause * 1.5)
