@@ -101,11 +101,12 @@ $$;
 -- must be added here: the check at the end of this file fails until it is.
 CREATE FUNCTION test_helpers.reset() RETURNS void
 LANGUAGE sql AS $$
+	SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname LIKE 'silo-schedule-%';
 	TRUNCATE silo.job_info, silo.job_status, silo.job_status_index, silo.job_metadata, silo.task,
 			 silo.task_lease, silo.attempt, silo.job_cancellation,
 			 silo.chain_task, silo.concurrency_request, silo.concurrency_holder,
 			 silo.concurrency_regrant, silo.floating_limit, silo.rate_limit_bucket,
-			 silo.tenant_grant, silo.task_group_setting;
+			 silo.tenant_grant, silo.task_group_setting, silo.schedule;
 $$;
 
 -- table_rows(): every table of schema silo (found in pg_class, so a table
@@ -208,6 +209,8 @@ CREATE ROLE regress_reset_bound NOLOGIN;
 SELECT silo.grant_tenant('regress_reset_bound', 'reset') AS bound;
 -- a task group setting (fair dispatch, 1.7)
 SELECT silo.configure_task_group('reset', 'round_robin') AS had;
+-- a recurring schedule (1.7)
+SELECT silo.schedule('reset', '@daily', 'reset-schedule', tenant => 'reset') > 0 AS scheduled;
 -- every table of schema silo now has rows (a table added later shows up
 -- here as a new line: fill it above, and add it to reset())
 SELECT table_name, n > 0 AS has_rows FROM test_helpers.table_rows();

@@ -866,3 +866,116 @@ GRANT EXECUTE ON FUNCTION silo.heartbeat(uuid, text, integer, text),
 	silo.ack_cancel(uuid, text, text), silo.release(uuid, text, text),
 	silo.report_refresh(uuid, text, integer, text), silo.fail_refresh(uuid, text, text, text)
 	TO silo_worker, silo_admin;
+
+/* ---------------------------------------------------------------------
+ * Recurring jobs (docs/api.md, "Recurring jobs")
+ * ------------------------------------------------------------------- */
+
+/*
+ * One row per schedule, keyed by (tenant, name).  pg_cron runs each as
+ * the job "silo-schedule-<schedule_id>" whose command is
+ * "SELECT silo.fire_schedule(<schedule_id>)": a number, never user text
+ * (docs/security.md).  A firing enqueues the job 'cron:<name>:<minute>'.
+ * Dumped with the data, the id sequence too; the broker makes pg_cron's
+ * jobs match the rows (silo.sync_schedules).
+ */
+CREATE SEQUENCE silo.schedule_id_seq;
+CREATE TABLE silo.schedule (
+	tenant		text COLLATE "C" NOT NULL,
+	name		text COLLATE "C" NOT NULL,
+	schedule_id bigint NOT NULL UNIQUE DEFAULT nextval('silo.schedule_id_seq'),
+	cron		text COLLATE "C" NOT NULL,
+	task_group	text COLLATE "C" NOT NULL,
+	payload		jsonb NOT NULL,
+	priority	integer NOT NULL,
+	retry_policy jsonb,
+	limits		jsonb NOT NULL,
+	metadata	jsonb NOT NULL,
+	skip_if_live boolean NOT NULL,
+	created_at	timestamptz NOT NULL DEFAULT now(),
+	updated_at	timestamptz NOT NULL DEFAULT now(),
+	last_fired_at timestamptz,
+	last_job_id text COLLATE "C",
+	PRIMARY KEY (tenant, name)
+);
+ALTER SEQUENCE silo.schedule_id_seq OWNED BY silo.schedule.schedule_id;
+SELECT pg_catalog.pg_extension_config_dump('silo.schedule', '');
+SELECT pg_catalog.pg_extension_config_dump('silo.schedule_id_seq', '');
+REVOKE ALL ON silo.schedule, silo.schedule_id_seq FROM PUBLIC;
+GRANT SELECT ON silo.schedule TO silo_admin;
+
+CREATE FUNCTION silo.schedule(name text, cron text, task_group text,
+							  payload jsonb DEFAULT '{}',
+							  tenant text DEFAULT '-',
+							  priority integer DEFAULT 50,
+							  retry_policy jsonb DEFAULT NULL,
+							  limits jsonb DEFAULT '[]',
+							  metadata jsonb DEFAULT '{}',
+							  skip_if_live boolean DEFAULT false)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'silo_schedule'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off;
+
+CREATE FUNCTION silo.unschedule(name text, tenant text DEFAULT '-')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'silo_unschedule'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off;
+
+/* what pg_cron runs: a firing of one schedule, named by its number */
+CREATE FUNCTION silo.fire_schedule(schedule_id bigint, scheduled_at timestamptz DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'silo_fire_schedule'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off;
+
+/* pg_cron's jobs made to match silo.schedule (the broker calls it) */
+CREATE FUNCTION silo.sync_schedules()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'silo_sync_schedules'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off;
+
+/* the first minute after `after` a cron expression matches (GMT) */
+CREATE FUNCTION silo.cron_next(cron text, after timestamptz)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'silo_cron_next_sql'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+/* filtered by tenant, as the other producer views */
+CREATE VIEW silo.schedules WITH (security_barrier) AS
+SELECT s.tenant, s.name, s.schedule_id, s.cron, s.task_group, s.payload, s.priority,
+	   s.skip_if_live, s.created_at, s.updated_at,
+	   silo.cron_next(s.cron, silo.now()) AS next_firing,
+	   s.last_fired_at AS last_firing, s.last_job_id,
+	   (SELECT j.status FROM silo.jobs j
+		 WHERE j.tenant = s.tenant AND j.id = s.last_job_id) AS last_job_status,
+	   EXISTS (SELECT 1 FROM cron.job c
+				WHERE c.jobname = 'silo-schedule-' || s.schedule_id AND c.active) AS cron_job
+  FROM silo.schedule s
+ WHERE silo.tenant_visible(s.tenant);
+
+REVOKE ALL ON FUNCTION silo.schedule(text, text, text, jsonb, text, integer, jsonb, jsonb, jsonb,
+									 boolean),
+	silo.unschedule(text, text), silo.fire_schedule(bigint, timestamptz),
+	silo.sync_schedules(), silo.cron_next(text, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION silo.schedule(text, text, text, jsonb, text, integer, jsonb, jsonb, jsonb,
+										boolean),
+	silo.unschedule(text, text) TO silo_producer, silo_admin;
+GRANT EXECUTE ON FUNCTION silo.fire_schedule(bigint, timestamptz), silo.sync_schedules()
+	TO silo_admin;
+GRANT EXECUTE ON FUNCTION silo.cron_next(text, timestamptz) TO silo_producer, silo_admin;
+REVOKE ALL ON silo.schedules FROM PUBLIC;
+GRANT SELECT ON silo.schedules TO silo_producer, silo_admin;
+
+/* schedules stay on their node: cluster mode refuses them */
+CREATE OR REPLACE FUNCTION silo.shard_tables()
+RETURNS SETOF regclass
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT c.oid::regclass FROM pg_class c
+ WHERE c.relnamespace = 'silo'::regnamespace AND c.relkind = 'r'
+   AND c.relname NOT IN ('tenant_grant', 'task_group_setting', 'shard_state', 'schedule')
+ ORDER BY c.relname
+$$;

@@ -42,6 +42,8 @@
 #define BROKER_MAX_SWEEP_ROUNDS 200
 #define BROKER_LOCKED_RETRY_MS	50
 #define BROKER_ENSURE_INTERVAL_MS 1000
+/* how often pg_cron's jobs of recurring schedules are checked */
+#define BROKER_SCHEDULES_INTERVAL_MS 10000
 
 /* GUCs silo.database and silo.broker_paused (registered by module.c) */
 char	   *silo_database = NULL;
@@ -386,6 +388,33 @@ broker_ensure_purge_job(void *arg)
 }
 
 /*
+ * broker_sync_schedules: make pg_cron's jobs of recurring schedules match
+ * silo.schedule (missing after a restore into another cluster, a stale
+ * command or database, a schedule that is gone).  Through the SQL
+ * function, so that the jobs are made as the extension owner, as
+ * silo.schedule makes them, and never twice under two usernames.
+ */
+static void
+broker_sync_schedules(void *arg)
+{
+	static SPIPlanPtr plan = NULL;
+	int64		changed;
+
+	silo_exec(&plan,
+			  "SELECT silo.sync_schedules()"
+			  " WHERE to_regprocedure('cron.schedule_in_database(text,text,text,text,text,boolean)')"
+			  "       IS NOT NULL",
+			  0, NULL, NULL, NULL, false, 0);
+	if (SPI_processed != 1)
+		return;
+	changed = silo_col_int64(0, 1);
+	if (changed > 0)
+		ereport(LOG,
+				(errmsg("silo broker made or removed %lld pg_cron jobs of recurring schedules",
+						(long long) changed)));
+}
+
+/*
  * silo_broker_main: entry point of the broker background worker.
  */
 void
@@ -393,6 +422,7 @@ silo_broker_main(Datum main_arg)
 {
 	MemoryContext loopcxt;
 	TimestampTz last_ensure = 0;
+	TimestampTz last_schedules = 0;
 	TimestampTz next_tick = 0;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -488,6 +518,12 @@ silo_broker_main(Datum main_arg)
 				(void) broker_run(loopcxt, "silo broker: idle rate-limit buckets",
 								  broker_buckets_step, NULL);
 			last_ensure = GetCurrentTimestamp();
+		}
+		if (!silo_broker_paused &&
+			GetCurrentTimestamp() - last_schedules >= BROKER_SCHEDULES_INTERVAL_MS * 1000)
+		{
+			(void) broker_run(loopcxt, "silo broker: schedules", broker_sync_schedules, NULL);
+			last_schedules = GetCurrentTimestamp();
 		}
 
 		/* Trailing wake-ups of coalesced notifications, paused or not. */

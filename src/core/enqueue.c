@@ -30,11 +30,11 @@
 static void enqueue_validate(SiloEnqueueArgs *args);
 
 /*
- * enqueue_validate: the checks both entry points share; nothing has been
- * written when they fail.
+ * silo_enqueue_check: check a job's arguments (22023), normalizing its
+ * limits; schedules check the job they will fire with it too.
  */
-static void
-enqueue_validate(SiloEnqueueArgs *args)
+void
+silo_enqueue_check(SiloEnqueueArgs *args)
 {
 	silo_check_length("task_group", args->task_group, 1, SILO_MAX_GROUP_LEN);
 	silo_check_name("task_group", args->task_group);
@@ -65,6 +65,16 @@ enqueue_validate(SiloEnqueueArgs *args)
 				 errmsg("start_at must be a finite timestamp")));
 	args->nlimits = silo_parse_limits(args->limits, &args->parsed_limits, &args->limits);
 	silo_check_metadata(args->metadata);
+}
+
+/*
+ * enqueue_validate: the checks of silo_enqueue_check, and the isolation
+ * level a job with limits needs.
+ */
+static void
+enqueue_validate(SiloEnqueueArgs *args)
+{
+	silo_enqueue_check(args);
 
 	/*
 	 * Counting a key's holders must see every committed grant: under

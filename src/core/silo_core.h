@@ -74,7 +74,28 @@ typedef struct SiloEnqueueArgs
 } SiloEnqueueArgs;
 
 extern char *silo_enqueue_job(SiloEnqueueArgs *args);
+extern void silo_enqueue_check(SiloEnqueueArgs *args);
 extern void silo_enqueue_start_chains(List *chains);
+
+/* schedule.c: recurring jobs */
+typedef struct SiloScheduleArgs
+{
+	char	   *tenant;
+	char	   *name;
+	char	   *cron;
+	char	   *task_group;
+	Jsonb	   *payload;
+	int32		priority;
+	Jsonb	   *retry_policy;	/* NULL: no retries */
+	Jsonb	   *limits;
+	Jsonb	   *metadata;
+	bool		skip_if_live;
+} SiloScheduleArgs;
+
+extern int64 silo_schedule_put(const SiloScheduleArgs *a);
+extern bool silo_schedule_remove(const char *tenant, const char *name);
+extern char *silo_schedule_fire(int64 id, TimestampTz at);
+extern int64 silo_schedule_sync(void);
 
 /* lease.c */
 extern void silo_lease_tasks(ReturnSetInfo *rsinfo, const char *worker_id,

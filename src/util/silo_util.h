@@ -47,6 +47,26 @@ typedef struct SiloRetryPolicy
 	bool		randomize;
 } SiloRetryPolicy;
 
+/* cron.c: what a cron expression matches (GMT) */
+typedef struct SiloCron
+{
+	uint64		minute;			/* bit i: minute i */
+	uint32		hour;
+	uint32		dom;			/* bits 1..31 */
+	uint16		month;			/* bits 1..12 */
+	uint8		dow;			/* bits 0..6, 0 = Sunday */
+	bool		dom_star;		/* the field started with '*' */
+	bool		dow_star;
+} SiloCron;
+
+#define SILO_MAX_CRON_LEN		100
+#define SILO_MAX_SCHEDULE_NAME_LEN 100	/* 'cron:' name ':' minute fits an id */
+
+extern void silo_cron_parse(const char *expr, SiloCron *out);
+extern bool silo_cron_next(const SiloCron *c, TimestampTz after, TimestampTz *next);
+extern char *silo_minute_text(TimestampTz t);
+extern TimestampTz silo_minute_floor(TimestampTz t);
+
 /* clock.c */
 extern int	silo_clock_offset_ms;	/* GUC silo.clock_offset_ms */
 extern TimestampTz silo_now_ts(void);
