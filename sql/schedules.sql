@@ -69,8 +69,10 @@ SELECT job_id, silo.complete(task_id, 'w1') FROM silo.lease('w1', 'poller', tena
 SELECT silo.fire_schedule(:poll, '2026-03-14 05:10+00') AS after_success;
 SELECT id, status FROM silo.jobs WHERE tenant = 't1' ORDER BY id;
 SELECT name, last_job_id, last_job_status FROM silo.schedules WHERE tenant = 't1';
--- an unknown schedule fires nothing
+-- an unknown schedule fires nothing; a time must be finite
 SELECT silo.fire_schedule(-1) IS NULL AS unknown;
+SELECT test_helpers.sqlstate_of($$SELECT silo.fire_schedule(1, 'infinity')$$) AS infinite,
+	   test_helpers.sqlstate_of($$SELECT silo.fire_schedule(NULL)$$) AS null_id;
 
 -- tenancy: a bound role schedules, unschedules and sees only its tenants
 CREATE ROLE regress_sched_t1 IN ROLE silo_producer;
