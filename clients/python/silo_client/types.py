@@ -159,7 +159,15 @@ def start_at_param(v: Union[_dt.datetime, str]) -> str:
 def job_object(spec: Union[JobSpec, Mapping[str, Any]]) -> Dict[str, Any]:
     """The job object of silo.enqueue_many for one JobSpec (or a dict of JobSpec's fields)."""
     if isinstance(spec, Mapping):
-        spec = JobSpec(**spec)
+        # silo's own key names; an unknown key goes to silo, which names it (22023)
+        d = {k: v for k, v in spec.items() if v is not None or k == "payload"}
+        d.setdefault("payload", {})
+        if d.get("start_at") is not None:
+            d["start_at"] = start_at_param(d["start_at"])
+        for k in ("retry_policy", "limits"):
+            if k in d:
+                d[k] = _to_json(d[k])
+        return d
     obj: Dict[str, Any] = {
         "task_group": spec.task_group,
         "payload": {} if spec.payload is UNSET else spec.payload,

@@ -1049,8 +1049,11 @@ class AsyncSiloWorker:
                     e.ctx._abort(WorkerStoppingError("the worker is stopping"))
                     aborted.append(e)
             if aborted:
-                await self._until(asyncio.gather(*(e.settled.wait() for e in aborted)),
-                                  min(time.monotonic() + SETTLE_AFTER_ABORT_S, self._hard_deadline))
+                waits = [asyncio.ensure_future(e.settled.wait()) for e in aborted]
+                left = min(time.monotonic() + SETTLE_AFTER_ABORT_S, self._hard_deadline) - time.monotonic()
+                _, late = await asyncio.wait(waits, timeout=max(0.0, left))
+                for t in late:
+                    t.cancel()
             for e in aborted:
                 if e.state == "done":
                     continue

@@ -1,0 +1,368 @@
+"""AsyncSiloWorker end to end against the throwaway cluster."""
+
+import asyncio
+import time
+import unittest
+
+from helpers import URL, ErrorSink, all_status, await_for, sql, unique, url_as, value
+from silo_client import (
+    AsyncSiloClient, AsyncSiloWorker, FloatingConcurrencyLimit, JobCancelledError, JobSpec, LeaseLostError,
+    RetryPolicy, SiloConnectionError, TaskFailure, WorkerStoppingError,
+)
+
+
+class WorkerTest(unittest.IsolatedAsyncioTestCase):
+    async def asyncSetUp(self):
+        self.client = AsyncSiloClient(URL)
+        self.workers = []
+
+    async def asyncTearDown(self):
+        for w in self.workers:
+            await w.stop(grace_period=0)
+        await self.client.close()
+
+    async def start(self, **opts):
+        sink = ErrorSink()
+        opts.setdefault("on_error", sink)
+        conninfo = opts.pop("conninfo", URL)
+        w = AsyncSiloWorker(conninfo, **opts)
+        w.errors = sink.errors
+        self.workers.append(w)
+        await w.start()
+        return w
+
+    async def wait_status(self, ids, wanted, timeout=15.0):
+        await await_for(lambda: all_status(ids, wanted), timeout=timeout, message=f"{len(ids)} jobs {wanted}")
+
+    async def test_successes_batched(self):
+        group = unique("ok")
+        seen = []
+
+        async def handler(task, ctx):
+            seen.append(task.job_id)
+            return {"n": task.payload, "attempt": task.attempt}
+
+        ids = await self.client.enqueue_many([JobSpec(group, i) for i in range(50)])
+        w = await self.start(task_group=group, handler=handler, concurrency=8)
+        await self.wait_status(ids, {"Succeeded"})
+        r = await self.client.get_job_result(ids[7])
+        self.assertEqual(r.result, {"n": 7, "attempt": 1})
+        await await_for(lambda: w.stats.succeeded == 50, message="50 successes counted")
+        self.assertEqual(sorted(seen), sorted(ids))
+        self.assertEqual(w.stats.lost, 0)
+        self.assertEqual(w.errors, [])
+
+    async def test_concurrency_bounds_running_handlers(self):
+        group = unique("conc")
+        running = 0
+        peak = 0
+
+        async def handler(task, ctx):
+            nonlocal running, peak
+            running += 1
+            peak = max(peak, running)
+            await asyncio.sleep(0.05)
+            running -= 1
+
+        ids = await self.client.enqueue_many([JobSpec(group) for _ in range(20)])
+        await self.start(task_group=group, handler=handler, concurrency=3)
+        await self.wait_status(ids, {"Succeeded"})
+        self.assertEqual(peak, 3)
+
+    async def test_failures_and_retries(self):
+        group = unique("fail")
+        attempts = {}
+
+        async def handler(task, ctx):
+            attempts[task.job_id] = task.attempt
+            if task.payload == "task-failure":
+                raise TaskFailure("BAD_ADDRESS", {"to": "nobody"})
+            if task.payload == "retry" and task.attempt < 3:
+                raise KeyError("flaky")
+            if task.payload == "retry":
+                return "third time"
+            raise RuntimeError("plain")
+
+        tf = await self.client.enqueue(group, "task-failure")
+        plain = await self.client.enqueue(group, "plain")
+        retry = await self.client.enqueue(group, "retry", retry_policy=RetryPolicy(retry_count=3, initial_interval_ms=0))
+        w = await self.start(task_group=group, handler=handler)
+        await self.wait_status([tf, plain, retry], {"Succeeded", "Failed"})
+        r = await self.client.get_job_result(tf)
+        self.assertEqual((r.status, r.error_code, r.error_data), ("Failed", "BAD_ADDRESS", {"to": "nobody"}))
+        r = await self.client.get_job_result(plain)
+        self.assertEqual((r.error_code, r.error_data), ("RuntimeError", {"name": "RuntimeError", "message": "plain"}))
+        r = await self.client.get_job_result(retry)
+        self.assertEqual((r.status, r.result, attempts[retry]), ("Succeeded", "third time", 3))
+        codes = [x["error_code"] for x in sql("SELECT error_code FROM silo.attempts WHERE job_id = %s ORDER BY attempt",
+                                               (retry,))]
+        self.assertEqual(codes, ["KeyError", "KeyError", None])
+        await await_for(lambda: w.stats.failed == 4, message="4 failures counted")
+
+    async def test_cancel_fires_the_signal_via_heartbeat(self):
+        group = unique("cancel")
+        started = asyncio.Event()
+        reasons = []
+
+        async def handler(task, ctx):
+            started.set()
+            await ctx.wait(20)
+            reasons.append(ctx.reason)
+            return "ignored"
+
+        jid = await self.client.enqueue(group)
+        w = await self.start(task_group=group, handler=handler, lease_seconds=0.9)
+        await asyncio.wait_for(started.wait(), 10)
+        t0 = time.monotonic()
+        await self.client.cancel(jid)
+        r = await self.client.await_result(jid, timeout=10)
+        self.assertEqual(r.status, "Cancelled")
+        self.assertLess(time.monotonic() - t0, 2)
+        self.assertIsInstance(reasons[0], JobCancelledError)
+        self.assertEqual(value("SELECT status FROM silo.attempts WHERE job_id = %s", (jid,)), "Cancelled")
+        await await_for(lambda: w.stats.cancelled == 1, message="counted cancelled")
+
+    async def test_heartbeats_keep_a_long_job_alive(self):
+        group = unique("long")
+
+        async def handler(task, ctx):
+            await asyncio.sleep(1.5)
+            return "done"
+
+        jid = await self.client.enqueue(group)
+        w = await self.start(task_group=group, handler=handler, lease_seconds=0.5)
+        r = await self.client.await_result(jid, timeout=10)
+        self.assertEqual((r.status, r.result), ("Succeeded", "done"))
+        self.assertEqual(value("SELECT count(*) FROM silo.attempts WHERE job_id = %s", (jid,)), 1)
+        self.assertEqual(w.stats.lost, 0)
+
+    async def test_tenants_filter(self):
+        group = unique("tenants")
+        a = await self.client.enqueue(group, tenant="acme")
+        b = await self.client.enqueue(group, tenant="initech")
+        await self.start(task_group=group, handler=lambda t, c: t.tenant, tenants=["acme"])
+        self.assertEqual((await self.client.await_result(a, tenant="acme", timeout=10)).result, "acme")
+        self.assertEqual(value("SELECT status FROM silo.jobs WHERE tenant = 'initech' AND id = %s", (b,)), "Waiting")
+
+    async def test_lease_expiry_by_our_clock_aborts_the_handler(self):
+        group = unique("lapse")
+        app = unique("app")
+        started = asyncio.Event()
+        out = {}
+
+        async def handler(task, ctx):
+            started.set()
+            await ctx.wait(30)
+            out["reason"] = ctx.reason
+            out["at"] = time.monotonic()
+            out["left"] = value("SELECT (extract(epoch FROM expires_at - silo.now()) * 1000)::int FROM silo.leases"
+                                " WHERE task_id = %s", (task.id,))
+            return "too late"
+
+        jid = await self.client.enqueue(group)
+        w = await self.start(task_group=group, handler=handler, lease_seconds=1.0, heartbeat_interval=0.3,
+                             reconnect_delay=(0.05, 0.2), conninfo=url_as("postgres", app))
+        await asyncio.wait_for(started.wait(), 10)
+        # every connection made from now on fails, and the ones there are now are cut
+        w._pool.conninfo = "host=/nonexistent-silo-socket-dir user=postgres dbname=postgres"
+        cut = time.monotonic()
+        sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", (app,))
+        await await_for(lambda: "reason" in out, timeout=5, message="the handler aborted")
+        self.assertIsInstance(out["reason"], LeaseLostError)
+        self.assertTrue(out["left"] is None or out["left"] <= 300, f"server still held the lease {out['left']} ms")
+        self.assertLess(out["at"] - cut, 2.0)
+        await await_for(lambda: w.stats.lost == 1, message="counted lost")
+        self.assertEqual(w.stats.succeeded, 0)
+        self.assertTrue(any(c.phase == "heartbeat" and c.job_id == jid for _, c in w.errors))
+        await w.stop(grace_period=0)
+        self.assertNotEqual(value("SELECT result FROM silo.attempts WHERE job_id = %s AND attempt = 1", (jid,)),
+                            "too late")
+
+    async def test_finishing_within_the_grace_period_completes(self):
+        group = unique("grace")
+        started = asyncio.Event()
+
+        async def handler(task, ctx):
+            started.set()
+            await asyncio.sleep(0.3)
+            return "finished"
+
+        jid = await self.client.enqueue(group)
+        w = await self.start(task_group=group, handler=handler)
+        await asyncio.wait_for(started.wait(), 10)
+        await w.stop(grace_period=5)
+        self.assertEqual((await self.client.get_job_result(jid)).result, "finished")
+
+    async def test_past_the_grace_period_the_task_is_released(self):
+        group = unique("release")
+        started = asyncio.Event()
+        reasons = []
+
+        async def handler(task, ctx):
+            started.set()
+            await ctx.wait(30)
+            reasons.append(ctx.reason)
+            raise RuntimeError("interrupted")
+
+        jid = await self.client.enqueue(group, retry_policy=RetryPolicy(retry_count=0))
+        w = await self.start(task_group=group, handler=handler)
+        await asyncio.wait_for(started.wait(), 10)
+        t0 = time.monotonic()
+        await w.stop(grace_period=0.2)
+        self.assertLess(time.monotonic() - t0, 3)
+        self.assertIsInstance(reasons[0], WorkerStoppingError)
+        row = sql("SELECT status, current_attempt FROM silo.jobs WHERE id = %s", (jid,))[0]
+        self.assertEqual((row["status"], row["current_attempt"]), ("Waiting", 1))  # no attempt used
+        self.assertEqual(w.stats.released, 1)
+
+    async def test_a_handler_ignoring_its_signal_does_not_hold_stop(self):
+        group = unique("ignore")
+        started = asyncio.Event()
+
+        async def handler(task, ctx):
+            started.set()
+            await asyncio.sleep(3)  # ignores ctx.signal
+            return "late"
+
+        jid = await self.client.enqueue(group)
+        w = await self.start(task_group=group, handler=handler, stop_timeout=0.5)
+        await asyncio.wait_for(started.wait(), 10)
+        t0 = time.monotonic()
+        await w.stop(grace_period=0.2)
+        took = time.monotonic() - t0
+        self.assertLess(took, 0.2 + 0.5 + 0.5, f"stop took {took:.2f} s")
+        # not released (another worker could run it meanwhile): still Running, the lease runs out
+        self.assertEqual(value("SELECT status FROM silo.jobs WHERE id = %s", (jid,)), "Running")
+        self.assertTrue(any(c.phase == "stop" for _, c in w.errors))
+        await asyncio.sleep(3.2)  # the handler returns now: nothing may be reported
+        self.assertEqual(value("SELECT count(*) FROM silo.attempts WHERE job_id = %s AND status = 'Succeeded'",
+                               (jid,)), 0)
+
+    async def test_refresh_handler(self):
+        group = unique("refresh")
+        key = unique("key")
+        limit = FloatingConcurrencyLimit(key, default_max_concurrency=1, refresh_interval_ms=200,
+                                         metadata={"api": "x"})
+        seen = []
+
+        def refresh(task, ctx):  # a plain function: runs in a thread
+            seen.append((task.queue_key, task.metadata))
+            return 5
+
+        running = 0
+        peak = 0
+
+        async def handler(task, ctx):
+            nonlocal running, peak
+            running += 1
+            peak = max(peak, running)
+            await asyncio.sleep(0.4)
+            running -= 1
+
+        ids = await self.client.enqueue_many([JobSpec(group, limits=[limit]) for _ in range(6)])
+        w = await self.start(task_group=group, handler=handler, refresh_handler=refresh, poll_interval=0.1)
+        await self.wait_status(ids, {"Succeeded"}, timeout=30)
+        self.assertTrue(seen)
+        self.assertEqual(seen[0], (key, {"api": "x"}))
+        self.assertGreaterEqual(w.stats.refreshed, 1)
+        self.assertEqual(value("SELECT current_max FROM silo.floating_limits WHERE key = %s", (key,)), 5)
+        self.assertGreater(peak, 1)
+
+    async def test_reconnect_after_pg_terminate_backend(self):
+        group = unique("reconnect")
+        app = unique("app")
+        first = await self.client.enqueue(group)
+        started = asyncio.Event()
+        finish = asyncio.Event()
+        runs = {}
+
+        async def handler(task, ctx):
+            runs[task.job_id] = runs.get(task.job_id, 0) + 1
+            if task.job_id == first:
+                started.set()
+                await finish.wait()
+
+        w = await self.start(task_group=group, handler=handler, poll_interval=60, reconnect_delay=(0.05, 0.5),
+                             conninfo=url_as("postgres", app))
+        await asyncio.wait_for(started.wait(), 10)
+        before = sql("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,))
+        self.assertGreaterEqual(len(before), 2)
+        killed = sql("SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE application_name = %s", (app,))
+        self.assertEqual(sum(1 for r in killed if r["ok"]), len(before))
+        finish.set()
+        await self.wait_status([first], {"Succeeded"})
+        await await_for(lambda: sql("SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
+                                    " AND query = 'LISTEN silo_task_ready'", (app,)), message="LISTEN again")
+        t0 = time.monotonic()
+        more = await self.client.enqueue_many([JobSpec(group) for _ in range(5)])
+        await self.wait_status(more, {"Succeeded"}, timeout=20)
+        self.assertLess(time.monotonic() - t0, 5)  # a wake-up, not the 60 s poll
+        await w.stop()
+        self.assertEqual([runs[i] for i in [first, *more]], [1] * 6)
+        self.assertGreaterEqual(w.stats.reconnects, 1)
+        self.assertGreaterEqual(len(w.errors), 1)
+        self.assertEqual(w.stats.lost, 0)
+
+    async def test_no_job_runs_twice_with_two_workers(self):
+        group = unique("once")
+        ids = await self.client.enqueue_many([JobSpec(group, n) for n in range(300)])
+        runs = {}
+
+        async def handler(task, ctx):
+            runs[task.job_id] = runs.get(task.job_id, 0) + 1
+            await asyncio.sleep(0)
+
+        await self.start(task_group=group, handler=handler, concurrency=16, batch_size=8)
+        await self.start(task_group=group, handler=handler, concurrency=16, batch_size=8)
+        await self.wait_status(ids, {"Succeeded"}, timeout=30)
+        self.assertEqual(len(runs), 300)
+        self.assertEqual(set(runs.values()), {1})
+
+    async def test_listen_wakes_well_under_the_poll_interval(self):
+        group = unique("listen")
+        await self.start(task_group=group, handler=lambda t, c: None, poll_interval=60)
+        await asyncio.sleep(0.2)  # the first (empty) lease is done
+        t0 = time.monotonic()
+        jid = await self.client.enqueue(group)
+        await self.client.await_result(jid, timeout=10)
+        self.assertLess(time.monotonic() - t0, 2)
+
+    async def test_listen_false_polls(self):
+        group = unique("poll")
+        await self.start(task_group=group, handler=lambda t, c: "polled", listen=False, poll_interval=0.1)
+        jid = await self.client.enqueue(group)
+        self.assertEqual((await self.client.await_result(jid, timeout=10)).result, "polled")
+
+    async def test_decorator_and_context_manager(self):
+        group = unique("deco")
+        w = AsyncSiloWorker(URL, task_group=group)
+
+        @w.handler
+        async def handle(task, ctx):
+            return task.payload * 2
+
+        async with w:
+            self.assertTrue(w.is_running)
+            jid = await self.client.enqueue(group, 21)
+            self.assertEqual((await self.client.await_result(jid, timeout=10)).result, 42)
+        self.assertFalse(w.is_running)
+
+    async def test_options_are_checked(self):
+        with self.assertRaisesRegex(ValueError, "below half"):
+            AsyncSiloWorker(URL, task_group="x", lease_seconds=1, heartbeat_interval=0.5)
+        AsyncSiloWorker(URL, task_group="x", lease_seconds=1, heartbeat_interval=0.499)
+        with self.assertRaises(ValueError):
+            AsyncSiloWorker(URL, task_group="")
+        with self.assertRaisesRegex(ValueError, "handler"):
+            await AsyncSiloWorker(URL, task_group="x").start()
+
+    async def test_first_connection_failing(self):
+        w = AsyncSiloWorker("host=/nonexistent-silo-dir user=postgres dbname=postgres", task_group="x",
+                            handler=lambda t, c: None)
+        with self.assertRaises(SiloConnectionError):
+            await w.start()
+        await w.stop()
+
+
+if __name__ == "__main__":
+    unittest.main()
