@@ -14,8 +14,11 @@
 #   layers      tools/check-layers.sh: calls between src/'s folders go down
 #   clients     the client libraries' own suites: clients/node/test/run.sh
 #               (node's test runner against a cluster of its own, the
-#               README example from a fresh npm install); the build step
+#               README example from a fresh npm install) and
+#               clients/python/test/run.sh (unittest against a cluster of its
+#               own, the README examples from a fresh venv); the build step
 #               runs clients/node/build.sh (npm ci from the lock file, tsc)
+#               and checks that Debian's python3 imports psycopg
 #
 # Each suite runs on its own, under a timeout, so one failing suite does not
 # hide the others.  The last line printed is always "N passed, N failed", and
@@ -28,7 +31,12 @@
 #                                                        a whole suite
 #                         regress:NAME  isolation:NAME   one test (glob ok)
 #                         clients:GLOB                   clients/node test
-#                                                        files (client.test.mjs)
+#                                                        files (client.test.mjs),
+#                                                        or, for a GLOB that ends
+#                                                        in .py or starts with
+#                                                        test_, clients/python
+#                                                        test modules only
+#                                                        (test_client.py)
 #                         tap:PATTERN or PATTERN         TAP files whose name
 #                                                        matches (010_crash,
 #                                                        t/0*.pl, ...)
@@ -433,32 +441,88 @@ suite_layers()
 
 # suite_clients: the client libraries' suites, each of which starts and stops
 # its own cluster (in $SCRATCH/clients, where stop_leftover_servers finds it)
-# and ends with "clients: N passed, N failed".
+# and ends with "clients: N passed, N failed" (clients/node) or
+# "clients-python: N passed, N failed" (clients/python); the suite counts
+# the sum.  A part whose runner failed without a counted failure counts one.
 suite_clients()
 {
-	local log=$SCRATCH/clients.log rc pass=0 fail=0 line
-	header "clients (clients/node/test/run.sh)"
-	if [ "$clients_build_ok" != 1 ]; then
-		show_tail "$SCRATCH/clients-build.log" 60
-		say "clients: build ... FAILED"
-		record clients 0 1 0
-		return
+	local log=$SCRATCH/clients.log pylog=$SCRATCH/clients-python.log rc=0 rc_part pass=0 fail=0 p f line
+	local run_node=1 run_py=1 py_tests= m
+	header "clients (clients/node/test/run.sh, clients/python/test/run.sh)"
+	if [ -n "$clients_only" ]; then
+		case $clients_only in
+			*.py | test_*)
+				run_node=0
+				for m in "$COPY"/clients/python/test/$clients_only; do
+					case $m in */test_*.py) [ -f "$m" ] && py_tests+="${py_tests:+ }$(basename "$m" .py)" ;; esac
+				done
+				if [ -z "$py_tests" ]; then
+					say "no clients/python test module matches: $clients_only"
+					record clients 0 1 0
+					return
+				fi
+				;;
+			*) run_py=0 ;;
+		esac
 	fi
 	"${AS_USER[@]}" mkdir -p "$SCRATCH/clients"
-	run_logged "$log" "${AS_USER[@]}" env \
-		SILO_NODE_TMP="$SCRATCH/clients" \
-		${clients_only:+SILO_NODE_TESTS="$clients_only"} \
-		bash "$COPY/clients/node/test/run.sh"
-	rc=$?
-	stop_leftover_servers
-	line=$(grep -E '^clients: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
-	if [ -n "$line" ]; then
-		pass=${line#clients: }
-		pass=${pass%% *}
-		fail=${line#*passed, }
-		fail=${fail%% *}
+	# clients/node
+	if [ "$run_node" = 1 ]; then
+		if [ "$clients_build_ok" != 1 ]; then
+			show_tail "$SCRATCH/clients-build.log" 60
+			say "clients: build ... FAILED"
+			fail=$((fail + 1))
+		else
+			run_logged "$log" "${AS_USER[@]}" env \
+				SILO_NODE_TMP="$SCRATCH/clients" \
+				${clients_only:+SILO_NODE_TESTS="$clients_only"} \
+				bash "$COPY/clients/node/test/run.sh"
+			rc_part=$?
+			stop_leftover_servers
+			p=0 f=0
+			line=$(grep -E '^clients: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
+			if [ -n "$line" ]; then
+				p=${line#clients: }
+				p=${p%% *}
+				f=${line#*passed, }
+				f=${f%% *}
+			fi
+			[ "$rc_part" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+			[ "$rc_part" -eq 124 ] && say "clients: node timed out after ${SUITE_TIMEOUT}s"
+			[ "$rc_part" -ne 0 ] && rc=$rc_part
+			pass=$((pass + p))
+			fail=$((fail + f))
+		fi
 	fi
-	[ "$rc" -eq 124 ] && say "clients: timed out after ${SUITE_TIMEOUT}s"
+	# clients/python
+	if [ "$run_py" = 1 ]; then
+		if [ "$clients_python_ok" != 1 ]; then
+			show_tail "$SCRATCH/clients-python-build.log" 20
+			say "clients-python: python3 with psycopg ... FAILED"
+			fail=$((fail + 1))
+		else
+			run_logged "$pylog" "${AS_USER[@]}" env \
+				SILO_PY_TMP="$SCRATCH/clients" \
+				${py_tests:+SILO_PY_TESTS="$py_tests"} \
+				bash "$COPY/clients/python/test/run.sh"
+			rc_part=$?
+			stop_leftover_servers
+			p=0 f=0
+			line=$(grep -E '^clients-python: [0-9]+ passed, [0-9]+ failed$' "$pylog" | tail -n 1)
+			if [ -n "$line" ]; then
+				p=${line#clients-python: }
+				p=${p%% *}
+				f=${line#*passed, }
+				f=${f%% *}
+			fi
+			[ "$rc_part" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+			[ "$rc_part" -eq 124 ] && say "clients: python timed out after ${SUITE_TIMEOUT}s"
+			[ "$rc_part" -ne 0 ] && rc=$rc_part
+			pass=$((pass + p))
+			fail=$((fail + f))
+		fi
+	fi
+	say "clients: $pass passed, $fail failed"
 	record clients "$pass" "$fail" "$rc"
 }
 
@@ -496,11 +560,16 @@ say "ok"
 
 # The client libraries are built in the tree too (clients/node/dist, its
 # node_modules; both git-ignored), so that the copy carries them; a failure
-# here fails the clients suite only.
+# here fails the clients suite only (its node part, or its python part).
 clients_build_ok=0
+clients_python_ok=0
 if [ "$want_clients" = 1 ]; then
 	if "$SRC/clients/node/build.sh" </dev/null >"$SCRATCH/clients-build.log" 2>&1; then
 		clients_build_ok=1
+	fi
+	# clients/python needs no build: Debian's python3 and python3-psycopg
+	if /usr/bin/python3 -c 'import psycopg, venv' </dev/null >"$SCRATCH/clients-python-build.log" 2>&1; then
+		clients_python_ok=1
 	fi
 fi
 

@@ -30,6 +30,11 @@ SILO_DEB_PACKAGES=(
 								# members (3.4) on free loopback ports
 	nodejs						# clients/node: runs the TypeScript compiler
 	npm							# and the tests; packages from its lock file
+	python3-psycopg				# clients/python: its driver (psycopg 3) for
+								# Debian's python3; nothing comes from PyPI
+	python3-venv				# clients/python's tests install the package
+	python3-setuptools			# into a venv (--system-site-packages,
+								# pip --no-build-isolation --no-index)
 )
 
 # A package counts as installed when this command is on PATH, however it got
