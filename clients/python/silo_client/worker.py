@@ -990,6 +990,7 @@ class AsyncSiloWorker:
                 x = to_silo_error(err)
                 if isinstance(x, (LeaseNotFoundError, LeaseOwnerMismatchError)):
                     self._lease_lost(e, x)
+                    self._report(x, WorkerErrorContext("heartbeat", e.task.id, e.job_id))
                 else:
                     if is_connection_error(x):
                         e.next_heartbeat = time.monotonic() + min(self.heartbeat_s, 0.5)
