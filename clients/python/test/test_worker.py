@@ -7,6 +7,7 @@ import unittest
 from helpers import URL, ErrorSink, all_status, await_for, sql, unique, url_as, value
 from silo_client import (
     AsyncSiloClient, AsyncSiloWorker, FloatingConcurrencyLimit, JobCancelledError, JobSpec, LeaseLostError,
+    LeaseOwnerMismatchError,
     RetryPolicy, SiloConnectionError, TaskFailure, WorkerStoppingError,
 )
 
@@ -126,12 +127,12 @@ class WorkerTest(unittest.IsolatedAsyncioTestCase):
         group = unique("long")
 
         async def handler(task, ctx):
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(3.5)
             return "done"
 
-        jid = await self.client.enqueue(group)
-        w = await self.start(task_group=group, handler=handler, lease_seconds=0.5)
-        r = await self.client.await_result(jid, timeout=10)
+        jid = await self.client.enqueue(group, retry_policy=RetryPolicy(retry_count=3, initial_interval_ms=0))
+        w = await self.start(task_group=group, handler=handler, lease_seconds=1.5)
+        r = await self.client.await_result(jid, timeout=15)
         self.assertEqual((r.status, r.result), ("Succeeded", "done"))
         self.assertEqual(value("SELECT count(*) FROM silo.attempts WHERE job_id = %s", (jid,)), 1)
         self.assertEqual(w.stats.lost, 0)
@@ -177,6 +178,31 @@ class WorkerTest(unittest.IsolatedAsyncioTestCase):
         await w.stop(grace_period=0)
         self.assertNotEqual(value("SELECT result FROM silo.attempts WHERE job_id = %s AND attempt = 1", (jid,)),
                             "too late")
+
+    async def test_a_lease_taken_over_fires_the_signal_and_goes_to_on_error(self):
+        group = unique("stolen")
+        started = asyncio.Event()
+        out = {}
+
+        async def handler(task, ctx):
+            out["task"] = task.id
+            started.set()
+            await ctx.wait(30)
+            out["reason"] = ctx.reason
+
+        jid = await self.client.enqueue(group)
+        w = await self.start(task_group=group, handler=handler, lease_seconds=0.9)
+        await asyncio.wait_for(started.wait(), 10)
+        # another worker id holds the lease now: the next heartbeat gets SL002
+        sql("UPDATE silo.task_lease SET worker_id = 'someone-else' WHERE task_id = %s", (out["task"],))
+        await await_for(lambda: "reason" in out, timeout=5, message="the handler aborted")
+        self.assertIsInstance(out["reason"], LeaseLostError)
+        self.assertIsInstance(out["reason"].__cause__, LeaseOwnerMismatchError)
+        self.assertTrue(any(isinstance(e, LeaseOwnerMismatchError) and c.phase == "heartbeat" and c.job_id == jid
+                            for e, c in w.errors))
+        await await_for(lambda: w.stats.lost == 1, message="counted lost")
+        self.assertEqual(value("SELECT worker_id FROM silo.task_lease WHERE task_id = %s", (out["task"],)),
+                         "someone-else")
 
     async def test_finishing_within_the_grace_period_completes(self):
         group = unique("grace")
