@@ -13,13 +13,13 @@ SELECT test_helpers.reset();
 TRUNCATE silo.chain_task, silo.concurrency_request, silo.concurrency_holder,
 		 silo.concurrency_regrant, silo.floating_limit, silo.rate_limit_bucket;
 
--- A shard's rows are those of every table of schema silo but the two
--- that configure silo itself and belong to no shard: silo.tenant_grant
+-- A shard's rows are those of the tables silo.shard_tables() lists, each
+-- keyed by tenant.  The others stay on their node: silo.tenant_grant
 -- (roles bound to tenants) and silo.task_group_setting (one row per task
--- group), and silo.shard_state, this node's own record of its shards'
--- moves: silo.shard_tables() lists them.  Every shard table's replica
--- identity is its primary key, with tenant in it; task_group_setting and
--- shard_state have no tenant at all.
+-- group) configure silo itself, silo.shard_state is this node's own record
+-- of its shards' moves, silo.schedule the schedules of this node's
+-- pg_cron.  Every shard table's replica identity is its primary key, with
+-- tenant in it; task_group_setting and shard_state have no tenant at all.
 SELECT c.relname
   FROM pg_class c
  WHERE c.relnamespace = 'silo'::regnamespace AND c.relkind = 'r'
@@ -28,6 +28,18 @@ SELECT c.relname
 		    ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
 		 WHERE i.indrelid = c.oid AND i.indisprimary AND a.attname = 'tenant'))
  ORDER BY 1;
+
+-- silo.shard_tables() is a list: a table added to schema silo stays on its
+-- node until it is listed.  The tables it leaves out:
+SELECT c.relname,
+	   EXISTS (SELECT 1 FROM pg_attribute a
+				WHERE a.attrelid = c.oid AND a.attname = 'tenant' AND NOT a.attisdropped)
+		   AS has_tenant
+  FROM pg_class c
+ WHERE c.relnamespace = 'silo'::regnamespace AND c.relkind = 'r'
+   AND c.oid NOT IN (SELECT t FROM silo.shard_tables() t)
+ ORDER BY 1;
+SELECT count(*) AS shard_tables FROM silo.shard_tables();
 
 -- the publication of half of the hash space (wal_level is not logical
 -- here: the WARNING says so, and changes nothing below)

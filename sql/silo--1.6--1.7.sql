@@ -553,15 +553,21 @@ RETURNS void
 AS 'MODULE_PATHNAME', 'silo_shard_forget_hints'
 LANGUAGE C VOLATILE;
 
-/* the tables whose rows belong to shards: all of silo's but the
- * configuration (tenant_grant, task_group_setting) and shard_state */
+/* the tables whose rows belong to shards and move with them: a list, each
+ * keyed by tenant.  Any other table of silo's stays on its node: the
+ * configuration (tenant_grant, task_group_setting), per-node state
+ * (shard_state, schedule), and any table added later until it is listed
+ * here (docs/cluster.md, "What moves") */
 CREATE FUNCTION silo.shard_tables()
 RETURNS SETOF regclass
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
 AS $$
 SELECT c.oid::regclass FROM pg_class c
  WHERE c.relnamespace = 'silo'::regnamespace AND c.relkind = 'r'
-   AND c.relname NOT IN ('tenant_grant', 'task_group_setting', 'shard_state')
+   AND c.relname IN ('attempt', 'chain_task', 'concurrency_holder', 'concurrency_regrant',
+					 'concurrency_request', 'floating_limit', 'job_cancellation', 'job_info',
+					 'job_metadata', 'job_status', 'job_status_index', 'rate_limit_bucket',
+					 'task', 'task_lease')
  ORDER BY c.relname
 $$;
 
@@ -683,14 +689,14 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	pub text := format('silo_move_%s', shard);
-	pattern text := format('silo\_move\_%s\_%%', shard);
+	prefix text := format('silo_move_%s_', shard);
 	slot record;
 BEGIN
 	IF EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = pub) THEN
 		EXECUTE format('DROP PUBLICATION %I', pub);
 	END IF;
 	FOR slot IN SELECT s.slot_name, s.active, s.active_pid FROM pg_replication_slots s
-				 WHERE s.slot_name LIKE pattern LOOP
+				 WHERE left(s.slot_name::text, length(prefix)) = prefix LOOP
 		IF slot.active THEN
 			PERFORM pg_terminate_backend(slot.active_pid);
 			RETURN 'retry';
@@ -760,7 +766,10 @@ BEGIN
 				   ' (SELECT max(seq) FROM silo.chain_task WHERE %1$s),'
 				   ' (SELECT max(seq) FROM silo.concurrency_request WHERE %1$s))', f)
 	   INTO top;
-	IF top IS NOT NULL AND top > (SELECT s.last_value FROM silo.job_seq s) THEN
+	/* forward only: setval only past a value this call took itself, so that
+	 * another session's nextval meanwhile is not handed out again (unless
+	 * it took more than top minus that value in between) */
+	IF top IS NOT NULL AND top > nextval('silo.job_seq') THEN
 		PERFORM setval('silo.job_seq', top);
 	END IF;
 	PERFORM silo.shard_forget_hints();
@@ -968,14 +977,3 @@ GRANT EXECUTE ON FUNCTION silo.fire_schedule(bigint, timestamptz), silo.sync_sch
 GRANT EXECUTE ON FUNCTION silo.cron_next(text, timestamptz) TO silo_producer, silo_admin;
 REVOKE ALL ON silo.schedules FROM PUBLIC;
 GRANT SELECT ON silo.schedules TO silo_producer, silo_admin;
-
-/* schedules stay on their node: cluster mode refuses them */
-CREATE OR REPLACE FUNCTION silo.shard_tables()
-RETURNS SETOF regclass
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
-AS $$
-SELECT c.oid::regclass FROM pg_class c
- WHERE c.relnamespace = 'silo'::regnamespace AND c.relkind = 'r'
-   AND c.relname NOT IN ('tenant_grant', 'task_group_setting', 'shard_state', 'schedule')
- ORDER BY c.relname
-$$;

@@ -527,7 +527,11 @@ coord_move_acquired_plainly(CoordState *cs, int shard)
 /*
  * coord_move_publish_state: what shared memory says of shard besides its
  * owner: a shard of this node's that a move paused, or whose rows are not
- * ready to serve, is not served; the views show moves in and out.
+ * ready to serve, is not served; the views show moves in and out.  A
+ * record in drained or verified that names this node as the source
+ * pauses the shard whatever else says otherwise (its own state row, a
+ * restart): the target's copy is being or has been checked against
+ * rows that must not change any more.
  */
 void
 coord_move_publish_state(CoordState *cs, int shard, SiloShard *out)
@@ -535,12 +539,14 @@ coord_move_publish_state(CoordState *cs, int shard, SiloShard *out)
 	CoordMove  *m = &cs->moves[shard];
 	CoordLocal *l = &cs->local[shard];
 	bool		active = m->present && m->phase != MOVE_NONE && m->phase < MOVE_ACQUIRED;
+	bool		frozen = m->present && (m->phase == MOVE_DRAINED || m->phase == MOVE_VERIFIED) &&
+		strcmp(m->source, silo_node_id) == 0;
 
 	if (out->local)
 	{
 		if (!cs->local_loaded)
 			out->state = SILO_SHARD_ACQUIRING;
-		else if (cs->runs[shard].paused || l->state == LOCAL_PAUSED)
+		else if (frozen || cs->runs[shard].paused || l->state == LOCAL_PAUSED)
 			out->state = SILO_SHARD_PAUSED;
 		else if (l->state != LOCAL_NONE && l->state != LOCAL_OWNED && l->state != LOCAL_SENDING)
 			out->state = SILO_SHARD_ACQUIRING;

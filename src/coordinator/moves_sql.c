@@ -20,7 +20,13 @@
  * socket of the server (or localhost), database silo.database.  Like every
  * superuser context of silo (docs/security.md) it pins search_path and the
  * other settings in the startup packet, whose settings win over ALTER
- * DATABASE/ROLE ... SET, and every name its statements use is qualified.
+ * DATABASE/ROLE ... SET, and every name its statements use is qualified:
+ * role = none (a database's SET role would make it act as that role),
+ * synchronous_commit = on (a shard_state row it reports written must
+ * survive a crash: the move goes on from it), standard_conforming_strings
+ * = on (a backslash in a literal is a backslash, as silo's SQL expects),
+ * and no statement, idle or lock timeout (its statements are bounded by
+ * their own arguments, and the loop waits for them without blocking).
  *
  * silo.shard_state is read whole once the connection is up
  * (coord_local_load); afterwards each function that changes a row returns
@@ -80,11 +86,12 @@ sql_conninfo(void)
 	user = MemoryContextStrdup(TopMemoryContext, GetUserNameFromId(BOOTSTRAP_SUPERUSERID, false));
 	CommitTransactionCommand();
 	return psprintf("host=%s port=%d dbname=%s user=%s application_name='silo coordinator moves' "
-					"connect_timeout=2 options='-c search_path=pg_catalog,pg_temp "
+					"connect_timeout=2 options='-c search_path=pg_catalog,pg_temp -c role=none "
 					"-c default_transaction_isolation=read\\\\ committed "
 					"-c default_transaction_read_only=off -c statement_timeout=0 "
 					"-c lock_timeout=0 -c idle_in_transaction_session_timeout=0 "
-					"-c session_replication_role=origin'",
+					"-c idle_session_timeout=0 -c synchronous_commit=on "
+					"-c standard_conforming_strings=on -c session_replication_role=origin'",
 					sql_quote(host), PostPortNumber,
 					sql_quote(GetConfigOption("silo.database", false, false)), sql_quote(user));
 }
