@@ -977,3 +977,36 @@ GRANT EXECUTE ON FUNCTION silo.fire_schedule(bigint, timestamptz), silo.sync_sch
 GRANT EXECUTE ON FUNCTION silo.cron_next(text, timestamptz) TO silo_producer, silo_admin;
 REVOKE ALL ON silo.schedules FROM PUBLIC;
 GRANT SELECT ON silo.schedules TO silo_producer, silo_admin;
+
+/*
+ * The source's sweep of replication slots no move needs (docs/cluster.md,
+ * "Leftover slots"): a subscription created after its move had given up,
+ * or a table synchronization cut off by an abort, leaves a slot here that
+ * its subscriber never drops (it drops its subscription with slot_name =
+ * NONE).  Drops the inactive logical slots of this database named
+ * silo_move_... but not in keep and, with sync, the inactive pgoutput
+ * slots of this database named pg_<oid>_sync_<oid>_<system id>.  Returns
+ * how many it dropped.
+ */
+CREATE FUNCTION silo.move_source_sweep(keep text[], sync boolean)
+RETURNS integer
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	slot text;
+	n integer := 0;
+BEGIN
+	FOR slot IN SELECT s.slot_name FROM pg_replication_slots s
+				 WHERE s.slot_type = 'logical' AND NOT s.active
+				   AND s.database = current_database()
+				   AND ((left(s.slot_name::text, 10) = 'silo_move_'
+						 AND s.slot_name::text <> ALL (keep))
+						OR (sync AND s.plugin = 'pgoutput'
+							AND s.slot_name::text ~ '^pg_[0-9]+_sync_[0-9]+_[0-9]+$')) LOOP
+		PERFORM pg_drop_replication_slot(slot);
+		n := n + 1;
+	END LOOP;
+	RETURN n;
+END
+$$;
+REVOKE ALL ON FUNCTION silo.move_source_sweep(text[], boolean) FROM PUBLIC;

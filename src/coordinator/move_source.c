@@ -19,15 +19,30 @@
  * The shard stays paused until it is released or the move gives up; past
  * silo.move_pause_limit_ms the source gives up by itself.
  *
+ * The source also gives up, in any phase before released, when its target
+ * has not been a member for TARGET_GONE_TTLS lease TTLs (else a dead
+ * target would keep the publication and the slot, and the WAL the slot
+ * holds back, forever), and in phase synced when the slot's lag has not
+ * come under PAUSE_LAG_BYTES within CATCH_UP_LIMIT_MS.  Giving up is
+ * retried on every loop until the record says aborted (etcd may refuse
+ * or not answer): nothing else happens meanwhile.
+ *
  *-------------------------------------------------------------------------
  */
 #include "silo_coordinator.h"
 
+#include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
 /* the slot's lag under which the source pauses (bytes of WAL) */
 #define PAUSE_LAG_BYTES		(1024 * 1024)
+/* how long the source waits in phase synced for that lag */
+#define CATCH_UP_LIMIT_MS	(5 * 60 * 1000)
+/* the source gives up once its target has not been a member this long */
+#define TARGET_GONE_TTLS	4
+/* how often the source sweeps replication slots no move needs */
+#define SWEEP_INTERVAL_MS	10000
 
 /*
  * src_slot: the slot of the move (the target creates it by subscribing).
@@ -55,14 +70,25 @@ src_unpause(CoordState *cs, int shard)
 }
 
 /*
- * src_abort: give the move up (any phase before released).
+ * src_abort: give the move up (any phase before released): from now on
+ * coord_move_source only retries the record's abort, until it says
+ * aborted.  A shard not recorded as paused is served again at once (the
+ * record is not in drained or verified: see coord_move_publish_state).
  */
 static void
 src_abort(CoordState *cs, int shard, const char *why)
 {
+	CoordMoveRun *run = &cs->runs[shard];
+
+	if (!run->aborting)
+	{
+		run->aborting = true;
+		strlcpy(run->abort_why, why, sizeof(run->abort_why));
+	}
 	if (!cs->local_loaded || cs->local[shard].state != LOCAL_PAUSED)
 		src_unpause(cs, shard);
-	(void) coord_move_txn(cs, shard, MOVE_ABORTED, why, NULL, 0, NULL, 0, NULL);
+	if (coord_move_txn(cs, shard, MOVE_ABORTED, run->abort_why, NULL, 0, NULL, 0, NULL))
+		run->aborting = false;
 }
 
 /*
@@ -125,6 +151,15 @@ src_pause(CoordState *cs, int shard)
 			/* paused before a restart: the pause's bound runs from now */
 			if (l->state == LOCAL_PAUSED && run->paused_at_us == 0)
 				run->paused_at_us = now;
+			if (run->synced_at_us == 0)
+				run->synced_at_us = now;
+			else if (l->state != LOCAL_PAUSED &&
+					 now - run->synced_at_us > (uint64) CATCH_UP_LIMIT_MS * 1000)
+			{
+				src_abort(cs, shard, psprintf("the target did not catch up within %d s",
+											  CATCH_UP_LIMIT_MS / 1000));
+				return;
+			}
 			if (coord_sql_take(cs, shard, SQL_SRC_LAG, &ok, &value) && ok && value &&
 				(strtoll(value, NULL, 10) < PAUSE_LAG_BYTES || l->state == LOCAL_PAUSED))
 			{
@@ -367,13 +402,37 @@ coord_move_source(CoordState *cs, int shard)
 		run->step = 0;
 		run->next_poll_us = 0;
 		run->peer_gone_us = 0;
+		run->synced_at_us = 0;
+		run->aborting = false;
 	}
 	if (coord_move_held(cs, shard, m->phase))
 		return;
+	if (m->phase >= MOVE_RELEASED)
+		run->aborting = false;
+	else if (run->aborting)
+	{
+		src_abort(cs, shard, run->abort_why);
+		return;
+	}
 	if (m->phase < MOVE_RELEASED && !coord_owner_is_me(o))
 	{
 		src_abort(cs, shard, "the source no longer owns the shard");
 		return;
+	}
+	/* before the release the source may give up: a target gone too long */
+	if (m->phase < MOVE_RELEASED)
+	{
+		if (coord_view_member(cs, m->target) != NULL)
+			run->peer_gone_us = 0;
+		else if (run->peer_gone_us == 0)
+			run->peer_gone_us = silo_monotonic_us();
+		else if (silo_monotonic_us() - run->peer_gone_us >
+				 TARGET_GONE_TTLS * (uint64) cs->ttl_s * 1000000)
+		{
+			src_abort(cs, shard, psprintf("the target has not been a member for %d lease TTLs",
+										  TARGET_GONE_TTLS));
+			return;
+		}
 	}
 	switch (m->phase)
 	{
@@ -457,4 +516,56 @@ coord_move_source(CoordState *cs, int shard)
 				(void) coord_move_txn(cs, shard, MOVE_NONE, NULL, NULL, 0, NULL, 0, NULL);
 			break;
 	}
+}
+
+/*
+ * coord_move_source_sweep: every SWEEP_INTERVAL_MS, drop the replication
+ * slots of this node's database that no move needs (silo.move_source_sweep):
+ * a silo_move_<S>_<M> slot that no move record names with this node as its
+ * source (a subscription created after its move gave up, which its
+ * subscriber dropped without its slot), and, while no record names this node
+ * as a source at all, inactive table synchronization slots
+ * (pg_<oid>_sync_<oid>_<id>) an aborted copy left behind.  Only with the
+ * mirror of etcd current, every record readable, and the connection idle:
+ * a move's own slot always has its record (this node published it first).
+ */
+void
+coord_move_source_sweep(CoordState *cs)
+{
+	StringInfoData keep;
+	bool		ok;
+	bool		sync = true;
+	char	   *value;
+	int			s;
+	uint64		now = silo_monotonic_us();
+
+	if (coord_sql_take(cs, -1, SQL_SWEEP, &ok, &value))
+	{
+		if (ok && value != NULL && strcmp(value, "0") != 0)
+			ereport(LOG,
+					(errmsg("silo coordinator: dropped %s replication slots no move needs", value)));
+		return;
+	}
+	if (!cs->synced || cs->sql.busy || cs->sql.done || now < cs->next_sweep_us)
+		return;
+	initStringInfo(&keep);
+	appendStringInfoString(&keep, "ARRAY[''");
+	for (s = 0; s < cs->nshards; s++)
+	{
+		CoordMove  *m = &cs->moves[s];
+
+		if (!m->present)
+			continue;
+		if (m->phase == MOVE_NONE)
+			return;				/* unreadable: whose it is, nobody knows */
+		if (strcmp(m->source, silo_node_id) != 0)
+			continue;
+		sync = false;
+		appendStringInfo(&keep, ", '%s'", src_slot(s, m->create_revision));
+	}
+	appendStringInfoString(&keep, "]::text[]");
+	if (coord_sql_send(cs, -1, SQL_SWEEP,
+					   psprintf("SELECT silo.move_source_sweep(%s, %s)", keep.data,
+								sync ? "true" : "false")))
+		cs->next_sweep_us = now + (uint64) SWEEP_INTERVAL_MS * 1000;
 }

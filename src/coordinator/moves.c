@@ -461,6 +461,7 @@ coord_moves_step(CoordState *cs)
 		else
 			move_orphan(cs, s);
 	}
+	coord_move_source_sweep(cs);
 	coord_sql_discard_unclaimed(cs);
 }
 

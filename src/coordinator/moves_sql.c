@@ -132,13 +132,26 @@ sql_connect(CoordState *cs)
 
 /*
  * coord_sql_close: drop the connection (a statement in flight ends as an
- * error).
+ * error).  A statement in flight is cancelled first: without it the
+ * backend would run it to its end after the coordinator has left it (a
+ * CREATE SUBSCRIPTION of a move that gave up meanwhile, say).
  */
 void
 coord_sql_close(CoordState *cs)
 {
 	CoordSql   *q = &cs->sql;
 
+	if (q->conn != NULL && q->busy)
+	{
+		PGcancel   *cancel = PQgetCancel(q->conn);
+		char		errbuf[256];
+
+		if (cancel != NULL)
+		{
+			(void) PQcancel(cancel, errbuf, sizeof(errbuf));
+			PQfreeCancel(cancel);
+		}
+	}
 	if (q->conn != NULL)
 		PQfinish(q->conn);
 	q->conn = NULL;

@@ -132,6 +132,9 @@ typedef struct CoordMoveRun
 	uint64		not_before_us;	/* the target waits after a move gave up */
 	int			backoff_ms;
 	uint64		peer_gone_us;	/* when the peer was first seen not a member */
+	uint64		synced_at_us;	/* the source first saw phase synced (this run) */
+	bool		aborting;		/* the source gives up: retried until recorded */
+	char		abort_why[256];
 	bool		hold_logged;
 	bool		logged;			/* a once-per-move message */
 	char		lsn[32];
@@ -158,7 +161,8 @@ typedef enum CoordSqlTag
 	SQL_TGT_PROGRESS,
 	SQL_TGT_SETSUMS,
 	SQL_TGT_RECEIVED,
-	SQL_TGT_ACQUIRED
+	SQL_TGT_ACQUIRED,
+	SQL_SWEEP					/* silo.move_source_sweep (shard -1) */
 } CoordSqlTag;
 
 /* the statement in flight on the connection to this node (moves_sql.c) */
@@ -257,6 +261,7 @@ typedef struct CoordState
 	CoordSql	sql;
 	char		repl_conninfo[SILO_CONNINFO_LEN];	/* what peers replicate from */
 	bool		draining;		/* silo.draining, as advertised */
+	uint64		next_sweep_us;	/* the next sweep of leftover slots */
 
 	/* work for the loop */
 	bool		dirty;			/* publish to shared memory */
@@ -313,6 +318,7 @@ extern bool coord_move_held(CoordState *cs, int shard, CoordMovePhase phase);
 extern void coord_move_bounds(CoordState *cs, int shard, char *lo, char *hi);
 extern void coord_move_source(CoordState *cs, int shard);
 extern void coord_move_target(CoordState *cs, int shard);
+extern void coord_move_source_sweep(CoordState *cs);
 extern void coord_sql_poll(CoordState *cs);
 extern bool coord_sql_send(CoordState *cs, int shard, int tag, const char *sql);
 extern bool coord_sql_take(CoordState *cs, int shard, int tag, bool *ok, char **value);

@@ -506,15 +506,61 @@ sub kill_during
 	$victim->{up} = 1;
 	if ($opt{paused_after_restart})
 	{
-		my $tenant = $n1->safe_psql('postgres',
-			"SELECT 't' || n FROM generate_series(0, 39) n WHERE silo.shard_for_tenant('t' || n) = $shard LIMIT 1");
-		ok(poll_until($victim, "SELECT silotest.probe('$tenant')", 'SL021', 30),
-			"$label: after its restart the source keeps shard $shard paused (SL021)");
+		# right after a restart every shard answers SL021 (nothing is served
+		# before silo.shard_state is read): wait until the node serves its
+		# other shards, then shard S must still be paused
+		my $other = $victim == $n1 ? $n2 : $n1;
+		my $tenant = $other->safe_psql('postgres',
+			"SELECT 'p' || n FROM generate_series(0, 9999) n WHERE silo.shard_for_tenant('p' || n) = $shard LIMIT 1");
+		ok(poll_until($victim, q{SELECT cardinality(serving_shards) > 0 FROM silo.node_info}, 't', 30),
+			"$label: after its restart the source serves its other shards");
+		my $seen = $victim->safe_psql('postgres',
+			"SELECT state || '/' || (SELECT $shard = ANY (serving_shards) FROM silo.node_info)"
+			  . " || '/' || silotest.probe('$tenant') FROM silo.cluster_info WHERE shard_id = $shard");
+		is($seen, 'paused/false/SL021',
+			"$label: ... but keeps shard $shard paused (tenant $tenant gets SL021)");
 	}
 	set_hold($hold_node, '') if $victim != $hold_node;
 	ok(wait_settled(\@nodes, [ 'n1', 'n2' ], \%expected, 120),
 		"$label: the moves completed after the restart");
 	check_exactly_once(\@nodes, \%expected, $label);
+	check_no_leftovers($label);
+	return;
+}
+
+# leftovers(NODE): its replication slots, publications, subscriptions and
+# shard_state rows that are not 'owned' of a shard it serves, as one line
+# ('' when there is none).
+sub leftovers
+{
+	my ($node) = @_;
+	return $node->safe_psql(
+		'postgres', q{
+SELECT concat_ws(' ',
+	(SELECT 'slots: ' || string_agg(slot_name::text, ',') FROM pg_replication_slots),
+	(SELECT 'publications: ' || string_agg(pubname::text, ',') FROM pg_publication),
+	(SELECT 'subscriptions: ' || string_agg(subname::text, ',') FROM pg_subscription),
+	(SELECT 'shard_state: ' || string_agg(shard_id || '=' || state, ',') FROM silo.shard_state
+	  WHERE state <> 'owned'
+		 OR NOT shard_id = ANY ((SELECT serving_shards FROM silo.node_info)::int[])))});
+}
+
+# check_no_leftovers(LABEL): once the moves are over, no node keeps a slot,
+# a publication, a subscription or a state row of a move (the source sweeps
+# leftover slots every 10 s).
+sub check_no_leftovers
+{
+	my ($label) = @_;
+	my $deadline = time() + 40;
+	my $left;
+	while (1)
+	{
+		$left = join('; ', map { "$_->{node_id}: " . leftovers($_) }
+			  grep { leftovers($_) ne '' } @nodes);
+		last if $left eq '' || time() > $deadline;
+		usleep(200_000);
+	}
+	is($left, '', "$label: no slot, publication, subscription or stale shard_state is left");
 	return;
 }
 
