@@ -16,6 +16,8 @@
 #     and the move ends with one owner holding all the shard's rows;
 #  5. kill -9 of the source while its shard is paused: after its restart
 #     the shard is still paused (SL021), the move completes, one owner;
+#  after 4 and 5, no node keeps a slot, publication, subscription or
+#  stale shard_state row;
 # and with SILO_CLUSTER_LONG (make test-cluster), kill -9 of either node at
 # every other step of a move.  Hooks: silo.test_move_pause_at holds a
 # node's coordinator at a phase.
