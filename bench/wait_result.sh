@@ -63,11 +63,28 @@ asleep()
 	            FROM pg_stat_activity WHERE query LIKE 'CALL silo.wait_result%' AND state = 'active'"
 }
 
+# backends_gone: wait until the previous phase's backends have exited; a
+# thousand new connections would otherwise meet "too many clients" while
+# they are still leaving, and pgbench would drop those clients.
+backends_gone()
+{
+	local deadline=$((SECONDS + 300))
+	until [ "$(psql_ -c "SELECT count(*) < 10 FROM pg_stat_activity
+	                      WHERE backend_type = 'client backend'")" = t ]; do
+		if ((SECONDS > deadline)); then
+			echo "the previous phase's backends did not exit" >&2
+			exit 1
+		fi
+		sleep 0.2
+	done
+}
+
 # start_waiters R: WAITERS sessions wait for jobs idle-R-1 .. idle-R-n
 # (enqueued here, in a group nobody leases), all asleep before it returns.
 start_waiters()
 {
 	local r=$1 deadline
+	backends_gone
 	enqueue idle "$WAITERS" "idle-$r-"
 	psql_ -c "TRUNCATE bench_woken"
 	{
@@ -84,7 +101,7 @@ start_waiters()
 			-f "$DIR/wait.sql" postgres
 	) >"$DIR/waiters.log" 2>&1 &
 	WAITER_PID=$!
-	deadline=$((SECONDS + 120))
+	deadline=$((SECONDS + 300))
 	until [ "$(asleep)" = "$WAITERS/$WAITERS" ]; do
 		if ((SECONDS > deadline)); then
 			echo "the waiters did not fall asleep: $(asleep)" >&2
@@ -121,7 +138,10 @@ stop_waiters()
 start_idle()
 {
 	local deadline
-	printf 'SELECT 1;\n\\sleep 3600 s\n' >"$DIR/idle.sql"
+	backends_gone
+	# (pgbench counts a sleep in microseconds in an int: 1200 s fits,
+	# 3600 s overflows and the "idle" clients would end at once)
+	printf 'SELECT 1;\n\\sleep 1200 s\n' >"$DIR/idle.sql"
 	chmod 644 "$DIR/idle.sql"
 	(
 		ulimit -n $((WAITERS + 100)) 2>/dev/null || true
@@ -129,7 +149,7 @@ start_idle()
 			-f "$DIR/idle.sql" postgres
 	) >"$DIR/idle.log" 2>&1 &
 	WAITER_PID=$!
-	deadline=$((SECONDS + 120))
+	deadline=$((SECONDS + 300))
 	until [ "$(psql_ -c "SELECT count(*) FROM pg_stat_activity
 	                      WHERE query LIKE 'SELECT 1%' AND state = 'idle'")" = "$WAITERS" ]; do
 		if ((SECONDS > deadline)); then

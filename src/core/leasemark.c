@@ -63,6 +63,7 @@
 #include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
+#include "port/atomics.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "utils/builtins.h"
@@ -93,16 +94,87 @@ typedef struct MarkEntry
 											 * served ("": none) */
 } MarkEntry;
 
+/*
+ * The (database, silo.task) pairs that have had marks, so that an
+ * invalidation of any other relation (a backend processes dozens a second
+ * under load, and after a reset of its invalidation queue one for every
+ * cached relation) is dismissed without reading the whole table.  Pairs
+ * are only ever added (nrels grows, and a pair is written before nrels
+ * counts it); past MARK_RELS distinct pairs every invalidation scans.
+ */
+#define MARK_RELS 16
+
+typedef struct MarkRel
+{
+	Oid			db;
+	Oid			relid;
+} MarkRel;
+
 typedef struct MarkShared
 {
 	slock_t		mutex;
 	uint64		clock;			/* generations and use times come from here */
+	pg_atomic_uint32 nrels;		/* pairs in rels; MARK_RELS + 1: overflowed */
+	MarkRel		rels[MARK_RELS];
 	MarkEntry	entries[MARK_ENTRIES];
 } MarkShared;
 
 static MarkShared *mark_shared = NULL;
 
 static void mark_forget(Oid relid);
+
+/* the pair this backend last noted, to skip the search on every lease */
+static Oid	mark_noted_db = InvalidOid;
+static Oid	mark_noted_relid = InvalidOid;
+
+/*
+ * mark_note_rel: record (this database, task_relid) among the pairs that
+ * have marks, before a mark of it can be raised.  Caller holds the mutex.
+ */
+static void
+mark_note_rel(Oid task_relid)
+{
+	uint32		n = pg_atomic_read_u32(&mark_shared->nrels);
+	uint32		i;
+
+	if (mark_noted_db == MyDatabaseId && mark_noted_relid == task_relid)
+		return;
+	for (i = 0; i < n && i < MARK_RELS; i++)
+		if (mark_shared->rels[i].db == MyDatabaseId &&
+			mark_shared->rels[i].relid == task_relid)
+			break;
+	if (i == n && n < MARK_RELS)
+	{
+		mark_shared->rels[n].db = MyDatabaseId;
+		mark_shared->rels[n].relid = task_relid;
+		pg_write_barrier();
+		pg_atomic_write_u32(&mark_shared->nrels, n + 1);
+	}
+	else if (i == n && n == MARK_RELS)
+		pg_atomic_write_u32(&mark_shared->nrels, MARK_RELS + 1);
+	mark_noted_db = MyDatabaseId;
+	mark_noted_relid = task_relid;
+}
+
+/*
+ * mark_may_have: whether relation relid of this database (InvalidOid: any
+ * relation of it) may have marks; false only when it surely has none.
+ */
+static bool
+mark_may_have(Oid relid)
+{
+	uint32		n = pg_atomic_read_u32(&mark_shared->nrels);
+	uint32		i;
+
+	if (n > MARK_RELS)
+		return true;
+	pg_read_barrier();
+	for (i = 0; i < n; i++)
+		if (mark_shared->rels[i].db == MyDatabaseId &&
+			(relid == InvalidOid || mark_shared->rels[i].relid == relid))
+			return true;
+	return false;
+}
 
 /*
  * A lowering this transaction owes at commit or at rollback, per group,
@@ -166,6 +238,7 @@ silo_mark_shmem_startup(void)
 		memset(mark_shared, 0, sizeof(MarkShared));
 		SpinLockInit(&mark_shared->mutex);
 		mark_shared->clock = 1;
+		pg_atomic_init_u32(&mark_shared->nrels, 0);
 	}
 }
 
@@ -262,6 +335,7 @@ silo_mark_begin(const char *task_group, const char *tenant, Oid task_relid,
 	if (mark_shared == NULL)
 		return;
 	SpinLockAcquire(&mark_shared->mutex);
+	mark_note_rel(task_relid);
 	e = mark_find(task_group, tenant, true);
 	if (e != NULL)
 	{
@@ -598,7 +672,7 @@ mark_forget(Oid relid)
 {
 	int			i;
 
-	if (mark_shared == NULL)
+	if (mark_shared == NULL || !mark_may_have(relid))
 		return;
 	for (i = 0; i < MARK_ENTRIES; i++)
 	{

@@ -42,7 +42,9 @@
 #include "miscadmin.h"
 #include "portability/instr_time.h"
 #include "storage/latch.h"
+#include "storage/sinval.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/wait_event.h"
@@ -143,6 +145,19 @@ wait_sleep(const char *tenant, const char *id, instr_time start, int64 timeout_u
 						 (long) left_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
+
+		/*
+		 * Keep up with the shared invalidation queue, as an idle session
+		 * does when asked to catch up: a waiter that lags holds the queue
+		 * full, which makes every backend that queues an invalidation
+		 * clean it up (a walk over every backend) and resets the laggard,
+		 * whose caches then all rebuild when it wakes.
+		 */
+		if (catchupInterruptPending)
+		{
+			catchupInterruptPending = false;
+			AcceptInvalidationMessages();
+		}
 	}
 }
 
