@@ -665,7 +665,12 @@ silo_mark_enabled(Relation task_rel)
  * or all of them for InvalidOid (no mark is the lowest key, always safe).
  * It runs for every relcache invalidation of any relation, so it first
  * looks without the lock: an entry's relid only changes when a lease
- * (re)starts it at the lowest key, which leaves nothing to drop.
+ * (re)starts it at the lowest key, which leaves nothing to drop.  The
+ * entries stay, reset to the lowest key in a new generation (a raise
+ * based on the old one fails, as for a freed entry): a fair group's
+ * rotation cursor is a hint that no invalidation makes wrong, and losing
+ * it whenever autovacuum updated silo.task's statistics restarted the
+ * rotation at the first tenant at random moments.
  */
 static void
 mark_forget(Oid relid)
@@ -689,7 +694,11 @@ mark_forget(Oid relid)
 		MarkEntry  *e = &mark_shared->entries[i];
 
 		if (e->db == MyDatabaseId && (relid == InvalidOid || e->relid == relid))
-			e->db = InvalidOid;
+		{
+			e->mark = silo_mark_lowest;
+			e->lowered = silo_mark_highest;
+			e->gen = mark_shared->clock++;
+		}
 	}
 	SpinLockRelease(&mark_shared->mutex);
 }
