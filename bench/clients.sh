@@ -35,8 +35,8 @@ NODE_POOL=${CLIENTS_NODE_POOL:-}
 
 log() { printf '== %s\n' "$*" >&2; }
 
-# shellcheck source=../clients/node/test/cluster.sh
-. "$ROOT/clients/node/test/cluster.sh"
+# shellcheck source=../clients/test-cluster.sh
+. "$ROOT/clients/test-cluster.sh"
 
 DIR=
 cleanup()

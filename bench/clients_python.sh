@@ -36,8 +36,8 @@ PY=${SILO_PYTHON:-/usr/bin/python3}
 
 log() { printf '== %s\n' "$*" >&2; }
 
-# shellcheck source=../clients/python/test/cluster.sh
-. "$ROOT/clients/python/test/cluster.sh"
+# shellcheck source=../clients/test-cluster.sh
+. "$ROOT/clients/test-cluster.sh"
 
 DIR=
 cleanup()

@@ -308,41 +308,8 @@ src_release(CoordState *cs, int shard)
 static void
 src_take_back(CoordState *cs, int shard)
 {
-	char	   *key = psprintf("%s%d/owner", cs->shard_prefix, shard);
-	char		now[40];
-	char	   *value;
-	EtcdCompare cmp[2];
-	EtcdOp		put = {0};
-	int64		rev = 0;
-
-	memset(cmp, 0, sizeof(cmp));
-	coord_now_iso(now, sizeof(now));
-	value = coord_owner_value(cs, now);
-	cmp[0].key = etcd_cstr(key);
-	cmp[0].target = ETCD_TARGET_CREATE;
-	cmp[0].result = ETCD_RESULT_EQUAL;
-	cmp[0].number = 0;
-	cmp[1].key = etcd_cstr(cs->member_key);
-	cmp[1].target = ETCD_TARGET_LEASE;
-	cmp[1].result = ETCD_RESULT_EQUAL;
-	cmp[1].number = cs->lease_id;
-	put.type = ETCD_OP_PUT;
-	put.put.key = etcd_cstr(key);
-	put.put.value = etcd_cstr(value);
-	if (coord_move_txn(cs, shard, MOVE_ABORTED, "the target left after the release; the source took the shard back",
-					   cmp, 2, &put, 1, &rev))
-	{
-		EtcdKeyValue kv = {0};
-
-		kv.key = key;
-		kv.key_len = strlen(key);
-		kv.value = value;
-		kv.value_len = strlen(value);
-		kv.create_revision = kv.mod_revision = rev;
-		cs->tokens[shard] = rev;
-		coord_view_apply_kv(cs, &kv, false);
-		cs->dirty = true;
-	}
+	(void) coord_move_claim_owner(cs, shard, MOVE_ABORTED,
+								  "the target left after the release; the source took the shard back");
 }
 
 /*

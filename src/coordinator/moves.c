@@ -281,6 +281,51 @@ coord_move_txn(CoordState *cs, int shard, CoordMovePhase phase, const char *why,
 }
 
 /*
+ * coord_move_claim_owner: put this node's owner key of shard and move the
+ * record to phase, in one txn that requires the key to be absent and this
+ * node's membership lease to be alive (both ends of a move claim the shard
+ * this way: the target at acquired, the source when it takes the shard
+ * back); on success the view has the new key.  Returns whether it did.
+ */
+bool
+coord_move_claim_owner(CoordState *cs, int shard, CoordMovePhase phase, const char *why)
+{
+	char	   *key = psprintf("%s%d/owner", cs->shard_prefix, shard);
+	char		now[40];
+	char	   *value;
+	EtcdCompare cmp[2];
+	EtcdOp		put = {0};
+	EtcdKeyValue kv = {0};
+	int64		rev = 0;
+
+	memset(cmp, 0, sizeof(cmp));
+	coord_now_iso(now, sizeof(now));
+	value = coord_owner_value(cs, now);
+	cmp[0].key = etcd_cstr(key);
+	cmp[0].target = ETCD_TARGET_CREATE;
+	cmp[0].result = ETCD_RESULT_EQUAL;
+	cmp[0].number = 0;
+	cmp[1].key = etcd_cstr(cs->member_key);
+	cmp[1].target = ETCD_TARGET_LEASE;
+	cmp[1].result = ETCD_RESULT_EQUAL;
+	cmp[1].number = cs->lease_id;
+	put.type = ETCD_OP_PUT;
+	put.put.key = etcd_cstr(key);
+	put.put.value = etcd_cstr(value);
+	if (!coord_move_txn(cs, shard, phase, why, cmp, 2, &put, 1, &rev))
+		return false;
+	kv.key = key;
+	kv.key_len = strlen(key);
+	kv.value = value;
+	kv.value_len = strlen(value);
+	kv.create_revision = kv.mod_revision = rev;
+	cs->tokens[shard] = rev;
+	coord_view_apply_kv(cs, &kv, false);
+	cs->dirty = true;
+	return true;
+}
+
+/*
  * coord_move_request: the target's first step: placement gives shard to
  * this node while source, a live member, owns it.  One move in at a time
  * per silo.max_moves_in, none while this node drains, none during the

@@ -314,6 +314,8 @@ extern void coord_move_acquired_plainly(CoordState *cs, int shard);
 extern void coord_move_publish_state(CoordState *cs, int shard, SiloShard *out);
 extern bool coord_move_txn(CoordState *cs, int shard, CoordMovePhase phase, const char *why,
 						   EtcdCompare *cmp, int ncmp, EtcdOp *ops, int nops, int64 *revision);
+extern bool coord_move_claim_owner(CoordState *cs, int shard, CoordMovePhase phase,
+								   const char *why);
 extern bool coord_move_held(CoordState *cs, int shard, CoordMovePhase phase);
 extern void coord_move_bounds(CoordState *cs, int shard, char *lo, char *hi);
 extern void coord_move_source(CoordState *cs, int shard);

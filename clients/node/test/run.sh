@@ -5,7 +5,7 @@
 #
 #   1. builds the package if needed (clients/node/build.sh: npm ci from the
 #      lock file, the TypeScript compiler);
-#   2. starts a throwaway PostgreSQL 15 cluster with silo (test/cluster.sh:
+#   2. starts a throwaway PostgreSQL 15 cluster with silo (clients/test-cluster.sh:
 #      a unix socket in a scratch directory, no TCP port);
 #   3. runs each test/*.test.mjs with node's test runner (TAP), one file
 #      after the other, against that cluster;
@@ -61,8 +61,8 @@ abort()
 	finish
 }
 
-# shellcheck source=cluster.sh
-. "$here/cluster.sh"
+# shellcheck source=../../test-cluster.sh
+. "$here/../../test-cluster.sh"
 trap abort EXIT INT TERM
 
 # failed_blocks TAP: the "not ok" lines of a TAP file, each with its YAML block.

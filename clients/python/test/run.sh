@@ -3,7 +3,7 @@
 # suite "clients" of test/run.sh, i.e. "make test"; also runs on its own, as
 # root or as a user who may run initdb).
 #
-#   1. starts a throwaway PostgreSQL 15 cluster with silo (test/cluster.sh:
+#   1. starts a throwaway PostgreSQL 15 cluster with silo (clients/test-cluster.sh:
 #      a unix socket in a scratch directory, no TCP port);
 #   2. runs each test/test_*.py with unittest (test/runtests.py), one module
 #      after the other, against that cluster, with Debian's python3
@@ -62,8 +62,8 @@ abort()
 	finish
 }
 
-# shellcheck source=cluster.sh
-. "$here/cluster.sh"
+# shellcheck source=../../test-cluster.sh
+. "$here/../../test-cluster.sh"
 trap abort EXIT INT TERM
 
 if ! "$py" -c 'import psycopg' 2>/dev/null; then

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
-# clients/python/test/cluster.sh: a throwaway PostgreSQL 15 cluster with silo,
-# for the Python client's tests (test/run.sh here) and bench/clients_python.sh
-# (adapted from clients/node/test/cluster.sh).
+# clients/test-test-cluster.sh: a throwaway PostgreSQL 15 cluster with silo, for
+# the client libraries' tests (clients/node/test/run.sh,
+# clients/python/test/run.sh) and their benchmarks (bench/clients.sh,
+# bench/clients_python.sh).
 # Source it, then:
 #
 #   cluster_start DIR [CONF-LINE...]  initdb DIR/data (as postgres when
@@ -42,19 +43,19 @@ cluster_check()
 {
 	local share lib ext missing=0
 	if [ ! -x "$CLUSTER_PGBIN/initdb" ] || [ ! -x "$CLUSTER_PGBIN/pg_config" ]; then
-		echo "cluster.sh: no PostgreSQL 15 in $CLUSTER_PGBIN (set PGBIN, or install postgresql-15)" >&2
+		echo "test-cluster.sh: no PostgreSQL 15 in $CLUSTER_PGBIN (set PGBIN, or install postgresql-15)" >&2
 		return 1
 	fi
 	share=$("$CLUSTER_PGBIN/pg_config" --sharedir) || return 1
 	lib=$("$CLUSTER_PGBIN/pg_config" --pkglibdir) || return 1
 	for ext in silo pg_cron; do
 		if [ ! -f "$share/extension/$ext.control" ] || [ ! -f "$lib/$ext.so" ]; then
-			echo "cluster.sh: the extension $ext is not installed ($share/extension/$ext.control, $lib/$ext.so)" >&2
+			echo "test-cluster.sh: the extension $ext is not installed ($share/extension/$ext.control, $lib/$ext.so)" >&2
 			missing=1
 		fi
 	done
 	if [ "$missing" -ne 0 ]; then
-		echo "cluster.sh: install silo with 'make install' from the repository's root, pg_cron with 'apt-get install postgresql-15-cron'" >&2
+		echo "test-cluster.sh: install silo with 'make install' from the repository's root, pg_cron with 'apt-get install postgresql-15-cron'" >&2
 		return 1
 	fi
 }
