@@ -30,40 +30,9 @@ set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd) || exit 1
 pkg=$(cd "$here/.." && pwd) || exit 1
-export LANG=C.UTF-8 LC_ALL=C.UTF-8
-unset PGHOST PGHOSTADDR PGPORT PGDATABASE PGUSER PGSERVICE PGSERVICEFILE PGOPTIONS PGDATA
-export PGOPTIONS='-c client_min_messages=warning'
-
-pass=0
-fail=0
-scratch=
-keep=0
-
-finish()
-{
-	trap - EXIT INT TERM
-	cluster_stop
-	if [ -n "$scratch" ]; then
-		if [ "$fail" -eq 0 ] && [ "$keep" -eq 0 ]; then
-			rm -rf "$scratch"
-		else
-			echo "clients: logs kept in $scratch"
-		fi
-	fi
-	echo "clients: $pass passed, $fail failed"
-	[ "$fail" -eq 0 ]
-	exit
-}
-
-abort()
-{
-	fail=$((fail + 1))
-	finish
-}
-
-# shellcheck source=../../test-cluster.sh
-. "$here/../../test-cluster.sh"
-trap abort EXIT INT TERM
+SUITE=clients
+# shellcheck source=../../test-suite.sh
+. "$here/../../test-suite.sh"
 
 # failed_blocks TAP: the "not ok" lines of a TAP file, each with its YAML block.
 failed_blocks()

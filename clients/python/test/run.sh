@@ -31,40 +31,11 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd) || exit 1
 pkg=$(cd "$here/.." && pwd) || exit 1
 py=${SILO_PYTHON:-/usr/bin/python3}
-export LANG=C.UTF-8 LC_ALL=C.UTF-8 PYTHONDONTWRITEBYTECODE=1
-unset PGHOST PGHOSTADDR PGPORT PGDATABASE PGUSER PGSERVICE PGSERVICEFILE PGOPTIONS PGDATA PYTHONPATH
-export PGOPTIONS='-c client_min_messages=warning'
-
-pass=0
-fail=0
-scratch=
-keep=0
-
-finish()
-{
-	trap - EXIT INT TERM
-	cluster_stop
-	if [ -n "$scratch" ]; then
-		if [ "$fail" -eq 0 ] && [ "$keep" -eq 0 ]; then
-			rm -rf "$scratch"
-		else
-			echo "clients-python: logs kept in $scratch"
-		fi
-	fi
-	echo "clients-python: $pass passed, $fail failed"
-	[ "$fail" -eq 0 ]
-	exit
-}
-
-abort()
-{
-	fail=$((fail + 1))
-	finish
-}
-
-# shellcheck source=../../test-cluster.sh
-. "$here/../../test-cluster.sh"
-trap abort EXIT INT TERM
+export PYTHONDONTWRITEBYTECODE=1
+unset PYTHONPATH
+SUITE=clients-python
+# shellcheck source=../../test-suite.sh
+. "$here/../../test-suite.sh"
 
 if ! "$py" -c 'import psycopg' 2>/dev/null; then
 	echo "clients-python: $py cannot import psycopg (apt-get install python3-psycopg; tools/ensure-deps.sh does)"
