@@ -61,6 +61,17 @@ if [[ " $SYSTEMS " == *" silo-k100k "* ]]; then
 			  'key', 'k' || k, 'maxConcurrency', 1))))
 			  FROM (SELECT floor(random() * 100000)::int AS k
 					  FROM generate_series(1, ${LIMIT_JOBS:-20000})) g))" >/dev/null
+	# the broker walks the limit chains: the template is taken only once
+	# every job has its task or waits on its key, or the runs would lease
+	# from however many walks it finished before the stop
+	deadline=$((SECONDS + 600))
+	until [[ $(psql_ -c "SELECT count(*) FROM silo.chain_task") == 0 ]]; do
+		if ((SECONDS > deadline)); then
+			echo "instructions.sh: the broker did not walk the limit chains within 10 minutes" >&2
+			exit 1
+		fi
+		sleep 1
+	done
 fi
 psql_ -c "VACUUM ANALYZE" -c "CHECKPOINT"
 scratch_stop tmpl
@@ -82,6 +93,14 @@ count()
 	as_pg valgrind --tool=callgrind --callgrind-out-file="$DIR/callgrind.out.$system.$n" \
 		"$PGBIN/postgres" --single -D "$DIR/run" postgres <"$DIR/stmts.sql" \
 		>"$DIR/out.$system.$n" 2>"$DIR/valgrind.$system.$n"
+	# every statement of a silo system must have handled its 128 jobs: a run
+	# that ran dry would count fewer jobs than it divides by
+	if [[ $system != bare ]] &&
+		[[ $(grep -c 'count = "128"' "$DIR/out.$system.$n") != "$n" ]]; then
+		echo "instructions.sh: $system: not every statement of the $n-statement run handled 128 jobs" \
+			"(see $DIR/out.$system.$n; set KEEP=1 to keep it)" >&2
+		exit 1
+	fi
 	grep -E '^(summary|totals):' "$DIR/callgrind.out.$system.$n" | head -1 | awk '{print $2}'
 }
 

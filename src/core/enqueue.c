@@ -3,10 +3,10 @@
  * enqueue.c
  *	  Creating a job (silo.enqueue and silo.enqueue_many, api/enqueue.c).
  *
- * An enqueue writes, in the caller's transaction, the job_info row, the
- * job_status row (Pending, attempt 1) and its 0x03 row in one statement
- * (storage/jobs.c), then the job's first task (storage/tasks.c) and, when
- * there is metadata, its metadata index rows.  A due job
+ * An enqueue writes, in the caller's transaction, the job_info row (one
+ * statement), then the job_status row (Pending, attempt 1), its 0x03 row
+ * and the job's first task directly (storage/jobs.c, storage/tasks.c)
+ * and, when there is metadata, its metadata index rows.  A due job
  * queues a (coalesced) wake-up notification for its task group; a future
  * job wakes the broker at commit so it is promoted on time.
  *
@@ -94,6 +94,7 @@ silo_enqueue_job(SiloEnqueueArgs *args)
 {
 	TimestampTz now = silo_now_ts();
 	SiloJobRow	job;
+	SiloTaskRow task;
 	bool		due;
 	int64		seq;
 	bool		has_hints;
@@ -118,6 +119,28 @@ silo_enqueue_job(SiloEnqueueArgs *args)
 	job.task_id = silo_new_uuid();
 	job.next_attempt_at = due ? now : args->start_at;
 
+	/*
+	 * A job without limits gets its task now, written with the job's rows,
+	 * with hints of where its job_info and job_status rows are (the lease
+	 * and the completion find them without an index search:
+	 * docs/storage.md, "Row hints"); a job with limits gets it at the end of
+	 * its limit walk.
+	 */
+	if (args->nlimits == 0)
+	{
+		memset(&task, 0, sizeof(task));
+		task.task_group = job.task_group;
+		task.start_at = job.next_attempt_at;
+		task.priority = job.priority;
+		task.tenant = job.tenant;
+		task.job_id = job.id;
+		task.attempt = 1;
+		task.relative_attempt = 1;
+		task.task_id = job.task_id;
+		task.due = due;
+		job.first_task = &task;
+	}
+
 	silo_spi_connect();
 	if (!silo_job_insert(&job, &seq, &has_hints, &info_tid, &status_tid))
 	{
@@ -131,31 +154,11 @@ silo_enqueue_job(SiloEnqueueArgs *args)
 	}
 
 	/*
-	 * A job without limits gets its task now, with hints of where its
-	 * job_info and job_status rows are (the lease and the completion find
-	 * them without an index search: docs/storage.md, "Row hints"); a job
-	 * with limits gets it at the end of its limit walk.
+	 * The task went in without firing task_lease_mark (direct writes fire
+	 * no trigger): a due task lowers its group's lease mark here instead.
 	 */
-	if (args->nlimits == 0)
-	{
-		SiloTaskRow task;
-
-		memset(&task, 0, sizeof(task));
-		task.task_group = job.task_group;
-		task.start_at = job.next_attempt_at;
-		task.priority = job.priority;
-		task.tenant = job.tenant;
-		task.job_id = job.id;
-		task.attempt = 1;
-		task.relative_attempt = 1;
-		task.task_id = job.task_id;
-		task.seq = seq;
-		task.due = due;
-		task.has_info_tid = task.has_status_tid = has_hints;
-		task.info_tid = info_tid;
-		task.status_tid = status_tid;
-		silo_task_insert(&task);
-	}
+	if (job.first_task != NULL && due)
+		silo_mark_task_appeared(&task);
 	if (JB_ROOT_COUNT(args->metadata) > 0)
 		silo_job_metadata_insert(job.tenant, job.id, job.metadata);
 	if (args->nlimits > 0)

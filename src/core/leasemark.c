@@ -426,6 +426,34 @@ silo_mark_cursor_set(const char *task_group, const char *tenant)
 }
 
 /*
+ * mark_appeared: a due task of tenant ("" for "-") at key was written:
+ * lower the marks now, and owe the lowering again at commit, when the task
+ * becomes visible to the leases that raised the marks meanwhile.
+ */
+static void
+mark_appeared(const char *task_group, const char *tenant, const SiloMarkKey *key)
+{
+	mark_lower(task_group, tenant, key, false);
+	silo_mark_owe(task_group, tenant, key, true);
+}
+
+/*
+ * silo_mark_task_appeared: what task_lease_mark does for an inserted row,
+ * for a due task written without the trigger (storage's direct writer).
+ */
+void
+silo_mark_task_appeared(const SiloTaskRow *task)
+{
+	SiloMarkKey key;
+
+	Assert(task->due);
+	key.priority = (int16) task->priority;
+	key.start_at = task->start_at;
+	key.seq = task->seq;
+	mark_appeared(task->task_group, strcmp(task->tenant, "-") == 0 ? "" : task->tenant, &key);
+}
+
+/*
  * silo_mark_owe: remember a lowering to key that this transaction owes at
  * commit (at_commit) or at rollback: of the group's mark and, unless
  * tenant is "", of the tenant's.  Keeps the lowest key per group, tenant
@@ -625,10 +653,7 @@ silo_task_mark_trigger(PG_FUNCTION_ARGS)
 			? td->tg_trigtuple : td->tg_newtuple;
 
 		if (mark_row_key(td->tg_relation, newtup, &task_group, &tenant, &key))
-		{
-			mark_lower(task_group, tenant, &key, false);
-			silo_mark_owe(task_group, tenant, &key, true);
-		}
+			mark_appeared(task_group, tenant, &key);
 		return PointerGetDatum(newtup);
 	}
 }

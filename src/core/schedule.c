@@ -140,7 +140,9 @@ silo_schedule_remove(const char *tenant, const char *name)
 
 /*
  * schedule_jsonb: column col of row 0 as a Jsonb that outlives SPI
- * (NULL for SQL NULL).
+ * (NULL for SQL NULL).  The value is detoasted (a short header made long)
+ * before it is copied out: detoasting after the copy would make its
+ * result in SPI's memory, which SPI_finish frees under the caller.
  */
 static Jsonb *
 schedule_jsonb(int col)
@@ -148,7 +150,10 @@ schedule_jsonb(int col)
 	bool		isnull;
 	Datum		d = silo_col(0, col, &isnull);
 
-	return isnull ? NULL : DatumGetJsonbP(SPI_datumTransfer(d, false, -1));
+	if (isnull)
+		return NULL;
+	return (Jsonb *) DatumGetPointer(SPI_datumTransfer(PointerGetDatum(DatumGetJsonbP(d)),
+													   false, -1));
 }
 
 /*

@@ -42,6 +42,7 @@ extern void silo_mark_raise(const char *task_group, const char *tenant, uint64 g
 							const SiloMarkKey *key);
 extern void silo_mark_owe(const char *task_group, const char *tenant, const SiloMarkKey *key,
 						  bool at_commit);
+extern void silo_mark_task_appeared(const SiloTaskRow *task);
 extern void silo_mark_xact_end(bool commit);
 extern void silo_mark_subxact_abort(void);
 extern void silo_mark_pre_prepare(void);

@@ -186,6 +186,17 @@ silo_table_insert(SiloTable *t, const Datum *values, const bool *nulls)
 }
 
 /*
+ * silo_table_inserted_tid: where the row last inserted into t (not
+ * batched) was written, for a row hint that points at it.
+ */
+ItemPointer
+silo_table_inserted_tid(SiloTable *t)
+{
+	Assert(!t->batched);
+	return &t->out->tts_tid;
+}
+
+/*
  * silo_table_delete: delete the current row, waiting for a transaction
  * that holds it.  TM_Ok, or why not: TM_Deleted (someone else deleted it
  * first), TM_Updated (changed meanwhile: read it again with a new

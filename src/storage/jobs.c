@@ -30,16 +30,85 @@ jobs_lock_status(void)
 		LockRelationOid(status_relid, RowExclusiveLock);
 }
 
+/* silo.job_status and silo.job_status_index, every column, for the direct writes */
+static const char *const jobs_status_cols[] = {
+	"tenant", "id", "status", "changed_at", "attempt", "relative_attempt", "task_id",
+	"next_attempt_at", "status_index_tid"
+};
+#define JOBS_STATUS_NCOLS 9
+static const char *const jobs_index_cols[] = {"tenant", "status", "changed_at", "id"};
+
 /*
- * silo_job_insert: write a new job's job_info, job_status and 0x03 rows
- * in one statement; false when the tenant already has a job with that id
- * (nothing written).  *seq gets the job's enqueue order; on a schema with
- * row hints (1.5 on) *info_tid and *status_tid get where its job_info and
- * job_status rows went and *has_hints is set, for the job's first task.
- * Until ALTER EXTENSION silo UPDATE runs after an upgrade of the library,
- * this keeps working on the older schema (docs/operations.md,
- * "Upgrades"): no 0x03 row and no hints before 1.5; the update copies the
- * status rows into 0x03.  SPI must be connected.
+ * jobs_write_rest: after the job_info row, the new job's job_status row
+ * (Pending, attempt 1), its 0x03 row and, when the row carries one, its
+ * first task, in one piece of direct work: none of them can conflict once
+ * the job_info row is in (its key is the job's), and as SQL their
+ * executor start, with a CHECK constraint read back from the catalog for
+ * each of the two status tables, cost more than the rows themselves.  The
+ * values are silo's own (the status is 'Pending'; the rest was checked by
+ * enqueue), which is what lets the direct writer skip the constraints.
+ */
+static void
+jobs_write_rest(const SiloJobRow *row, Datum tenant, Datum id, int64 seq,
+				ItemPointer info_tid, ItemPointer status_tid)
+{
+	SiloDirect *d = silo_direct_begin();
+	SiloTable  *idx = silo_table_open(d, "job_status_index", jobs_index_cols, 4, NULL,
+									  SILO_TABLE_WRITE);
+	SiloTable  *st = silo_table_open(d, "job_status", jobs_status_cols, JOBS_STATUS_NCOLS,
+									 NULL, SILO_TABLE_WRITE);
+	Datum		pending = CStringGetTextDatum("Pending");
+	Datum		key[4];
+	Datum		values[JOBS_STATUS_NCOLS];
+	bool		nulls[JOBS_STATUS_NCOLS];
+	ItemPointerData index_tid;
+
+	key[0] = tenant;
+	key[1] = pending;
+	key[2] = TimestampTzGetDatum(row->enqueued_at);
+	key[3] = id;
+	silo_table_insert(idx, key, NULL);
+	ItemPointerCopy(silo_table_inserted_tid(idx), &index_tid);
+
+	memset(nulls, 0, sizeof(nulls));
+	values[0] = tenant;
+	values[1] = id;
+	values[2] = pending;
+	values[3] = TimestampTzGetDatum(row->enqueued_at);
+	values[4] = Int32GetDatum(1);
+	values[5] = Int32GetDatum(1);
+	values[6] = row->task_id;
+	values[7] = TimestampTzGetDatum(row->next_attempt_at);
+	values[8] = PointerGetDatum(&index_tid);
+	silo_table_insert(st, values, nulls);
+	ItemPointerCopy(silo_table_inserted_tid(st), status_tid);
+
+	if (row->first_task != NULL)
+	{
+		SiloTaskRow *task = row->first_task;
+
+		task->seq = seq;
+		task->has_info_tid = task->has_status_tid = true;
+		ItemPointerCopy(info_tid, &task->info_tid);
+		ItemPointerCopy(status_tid, &task->status_tid);
+		silo_task_insert_direct(d, task);
+	}
+	silo_direct_end(d);
+}
+
+/*
+ * silo_job_insert: write a new job's job_info, job_status and 0x03 rows,
+ * and its first task when row->first_task is set; false when the tenant
+ * already has a job with that id (nothing written).  *seq gets the job's
+ * enqueue order; on a schema with row hints (1.5 on) *info_tid and
+ * *status_tid get where its job_info and job_status rows went and
+ * *has_hints is set (the first task, if written here, has them too).  The
+ * job_info row goes in by SQL (its ON CONFLICT and its sequence), the
+ * rest directly (jobs_write_rest).  Until ALTER EXTENSION silo UPDATE runs
+ * after an upgrade of the library, this keeps working on the older schema
+ * (docs/operations.md, "Upgrades"), all in SQL: no 0x03 row and no hints
+ * before 1.5; the update copies the status rows into 0x03.  SPI must be
+ * connected.
  */
 bool
 silo_job_insert(const SiloJobRow *row, int64 *seq, bool *has_hints,
@@ -82,48 +151,45 @@ silo_job_insert(const SiloJobRow *row, int64 *seq, bool *has_hints,
 	values[14] = row->task_id;
 	values[15] = TimestampTzGetDatum(row->next_attempt_at);
 
-	/* the job_info row, both ways; the CTE's RETURNING list is left open */
+	/* the job_info row, both ways; the RETURNING list is left open */
 #define JOBS_INFO \
-	"WITH j AS (" \
-	"  INSERT INTO silo.job_info (tenant, id, task_group, priority, start_at," \
-	"    enqueued_at, seq, payload, retry_count, retry_initial_ms, retry_max_ms," \
-	"    retry_factor, retry_randomize, limits, metadata)" \
-	"  VALUES ($1, $2, $3, $4, $5, $6, nextval('silo.job_seq'), $7, $8, $9, $10," \
-	"    $11, $12, $13, $14)" \
-	"  ON CONFLICT DO NOTHING RETURNING seq"
+	"INSERT INTO silo.job_info (tenant, id, task_group, priority, start_at," \
+	"  enqueued_at, seq, payload, retry_count, retry_initial_ms, retry_max_ms," \
+	"  retry_factor, retry_randomize, limits, metadata)" \
+	"VALUES ($1, $2, $3, $4, $5, $6, nextval('silo.job_seq'), $7, $8, $9, $10," \
+	"  $11, $12, $13, $14)" \
+	"ON CONFLICT DO NOTHING RETURNING seq"
 
 	jobs_lock_status();
 	*has_hints = silo_schema()->has_status_index;
 	if (*has_hints)
-		silo_exec(&plan,
-				  JOBS_INFO ", ctid),"
-				  " x AS ("
-				  "  INSERT INTO silo.job_status_index (tenant, status, changed_at, id)"
-				  "  SELECT $1, 'Pending', $6, $2 FROM j RETURNING ctid),"
-				  " s AS ("
-				  "  INSERT INTO silo.job_status (tenant, id, status, changed_at, attempt,"
-				  "    relative_attempt, task_id, next_attempt_at, status_index_tid)"
-				  "  SELECT $1, $2, 'Pending', $6, 1, 1, $15, $16, x.ctid FROM x RETURNING ctid)"
-				  "SELECT j.seq, j.ctid, s.ctid FROM j, s",
-				  16, types, values, nulls, false, 0);
-	else
-		silo_exec(&plan_pre15,
-				  JOBS_INFO "),"
-				  " s AS ("
-				  "  INSERT INTO silo.job_status (tenant, id, status, changed_at, attempt,"
-				  "    relative_attempt, task_id, next_attempt_at)"
-				  "  SELECT $1, $2, 'Pending', $6, 1, 1, $15, $16 FROM j)"
-				  "SELECT seq FROM j",
-				  16, types, values, nulls, false, 0);
-	if (SPI_processed == 0)
-		return false;
-	*seq = silo_col_int64(0, 1);
-	if (*has_hints)
 	{
 		bool		isnull;
 
+		silo_exec(&plan, JOBS_INFO ", ctid", 14, types, values, nulls, false, 0);
+		if (SPI_processed == 0)
+			return false;
+		*seq = silo_col_int64(0, 1);
 		ItemPointerCopy((ItemPointer) DatumGetPointer(silo_col(0, 2, &isnull)), info_tid);
-		ItemPointerCopy((ItemPointer) DatumGetPointer(silo_col(0, 3, &isnull)), status_tid);
+		jobs_write_rest(row, values[0], values[1], *seq, info_tid, status_tid);
+		return true;
+	}
+
+	silo_exec(&plan_pre15,
+			  "WITH j AS (" JOBS_INFO "),"
+			  " s AS ("
+			  "  INSERT INTO silo.job_status (tenant, id, status, changed_at, attempt,"
+			  "    relative_attempt, task_id, next_attempt_at)"
+			  "  SELECT $1, $2, 'Pending', $6, 1, 1, $15, $16 FROM j)"
+			  "SELECT seq FROM j",
+			  16, types, values, nulls, false, 0);
+	if (SPI_processed == 0)
+		return false;
+	*seq = silo_col_int64(0, 1);
+	if (row->first_task != NULL)
+	{
+		row->first_task->seq = *seq;
+		silo_task_insert(row->first_task);
 	}
 	return true;
 }

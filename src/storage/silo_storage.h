@@ -79,6 +79,7 @@ extern bool silo_table_peek(SiloTable *t, ScanKey keys, int nkeys, int attno, Da
 extern Datum silo_table_get(SiloTable *t, int col, bool *isnull);
 extern ItemPointer silo_table_tid(SiloTable *t);
 extern void silo_table_insert(SiloTable *t, const Datum *values, const bool *nulls);
+extern ItemPointer silo_table_inserted_tid(SiloTable *t);
 extern void silo_table_batch(SiloTable *t);
 extern void silo_table_flush(SiloTable *t);
 extern TM_Result silo_table_delete(SiloTable *t);
@@ -142,6 +143,8 @@ typedef struct SiloJobRow
 	Jsonb	   *metadata;
 	Datum		task_id;		/* its first attempt's task */
 	TimestampTz next_attempt_at;	/* when that attempt may start */
+	struct SiloTaskRow *first_task; /* NULL, or that task, written with the
+									 * job (its seq and row hints filled in) */
 } SiloJobRow;
 
 extern bool silo_job_insert(const SiloJobRow *row, int64 *seq, bool *has_hints,
@@ -193,6 +196,7 @@ typedef struct SiloTaskRow
 } SiloTaskRow;
 
 extern void silo_task_insert(const SiloTaskRow *row);
+extern void silo_task_insert_direct(SiloDirect *d, const SiloTaskRow *row);
 
 /* runner.c: the broker's paged passes, one subtransaction per item */
 typedef bool (*SiloItemFn) (int i, void *arg, TimestampTz now);
