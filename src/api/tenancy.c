@@ -89,16 +89,21 @@ silo_revoke_tenant(PG_FUNCTION_ARGS)
 }
 
 /*
- * silo_tenant_visible: SQL entry point silo.tenant_visible(tenant):
- * whether the role current at the call may see tenant's rows: the filter
- * of silo's views.  It raises nothing and returns nothing but the answer.
+ * silo_tenant_visible: SQL entry point silo.tenant_visible(tenant), the
+ * filter of silo's views: whether the role current at the call may see
+ * tenant's rows and, in cluster mode, whether they are this node's (a
+ * copy of a shard arriving or left behind by a move is not shown).  It
+ * raises nothing and returns nothing but the answer.
  */
 Datum
 silo_tenant_visible(PG_FUNCTION_ARGS)
 {
+	char	   *tenant;
+
 	if (PG_ARGISNULL(0))
 		PG_RETURN_BOOL(false);
-	PG_RETURN_BOOL(silo_tenant_allowed(TextDatumGetCString(PG_GETARG_DATUM(0))));
+	tenant = TextDatumGetCString(PG_GETARG_DATUM(0));
+	PG_RETURN_BOOL(silo_tenant_allowed(tenant) && silo_cluster_owns_tenant(tenant));
 }
 
 /*

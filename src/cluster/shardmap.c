@@ -353,6 +353,23 @@ silo_cluster_serves_tenant(const char *tenant)
 }
 
 /*
+ * silo_cluster_owns_tenant: whether the tenant's shard is this node's --
+ * served, or paused for a move away -- for the views, which show the rows
+ * of the node's own shards and not a copy arriving or one left behind by
+ * a move.  Takes no lock: a view reads rows, it does not change a shard's
+ * data.  Always true in single-node mode.
+ */
+bool
+silo_cluster_owns_tenant(const char *tenant)
+{
+	SiloShard	s;
+
+	if (!silo_cluster_mode())
+		return true;
+	return silo_shard_of(tenant, &s) && s.local;
+}
+
+/*
  * silo_cluster_snapshot: a copy of the whole map for the views, and
  * whether this node is a registered member with a live deadline.
  * Returns the number of shards copied into out (room for

@@ -125,6 +125,7 @@ extern void silo_shard_bounds(int i, int n, int128 *start, int128 *end);
 extern bool silo_shard_of(const char *tenant, SiloShard *out);
 extern void silo_cluster_check_tenant(const char *tenant);
 extern bool silo_cluster_serves_tenant(const char *tenant);
+extern bool silo_cluster_owns_tenant(const char *tenant);
 extern int	silo_cluster_snapshot(SiloShard *out, bool *member, bool *serving);
 extern void silo_cluster_publish(const SiloShard *shards, int n, bool member);
 extern void silo_cluster_serve_until(uint64 until_us);

@@ -14,8 +14,9 @@
 #  3. graceful leave: node 2 drains and its shards move back to node 1;
 #  4. kill -9 of the target while it copies: it resumes after its restart
 #     and the move ends with one owner holding all the shard's rows;
-#  5. kill -9 of the source while its shard is paused: after its restart
-#     the shard is still paused (SL021), the move completes, one owner;
+#  5. kill -9 of the source while its shard is paused (the target's views
+#     do not show the copy it holds): after its restart the shard is still
+#     paused (SL021), the move completes, one owner;
 #  after 4 and 5, no node keeps a slot, publication, subscription or
 #  stale shard_state row;
 # and with SILO_CLUSTER_LONG (make test-cluster), kill -9 of either node at
@@ -502,6 +503,19 @@ sub kill_during
 		set_hold($hold_node, '');
 		return;
 	}
+	if ($opt{copy_hidden})
+	{
+		# the target holds the whole copy, which is not its yet: in its
+		# tables, not in its views (which show a node's own shards)
+		my $seen = $hold_node->safe_psql('postgres',
+			"SELECT (SELECT count(*) FROM silo.job_info WHERE silo.shard_for_tenant(tenant) = $shard) > 0,"
+			  . " (SELECT count(*) FROM silo.jobs WHERE silo.shard_for_tenant(tenant) = $shard),"
+			  . " (SELECT count(*) FROM silo.attempts WHERE silo.shard_for_tenant(tenant) = $shard)");
+		my $owner = $victim->safe_psql('postgres',
+			"SELECT count(*) > 0 FROM silo.jobs WHERE silo.shard_for_tenant(tenant) = $shard");
+		is("$seen/$owner", 't|0|0/t',
+			"$label: the target's copy of shard $shard is in its tables, not in its views; the paused source shows it");
+	}
 	kill9_and_wait($victim);
 	clear_hold_offline($victim) if $victim == $hold_node;
 	$victim->start;
@@ -580,7 +594,7 @@ $n2->safe_psql('postgres', q{ALTER SYSTEM RESET silo.draining; SELECT pg_reload_
 # 5. kill -9 of the source while the shard is paused
 # ---------------------------------------------------------------------------
 kill_during($n1, $n2, 'drained', 'kill -9 of the source while paused',
-	paused_after_restart => 1);
+	paused_after_restart => 1, copy_hidden => 1);
 
 # ---------------------------------------------------------------------------
 # the long scenarios: every other step, either node
