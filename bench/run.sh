@@ -7,8 +7,10 @@
 #
 # Environment (all optional):
 #   BENCH_WORKLOADS    sections to run, in this order (default all:
-#                      "burn latency steady backlog limits held"); steady
-#                      and held need a burn rate and measure one if missing
+#                      "burn latency steady backlog limits held cluster");
+#                      steady and held need a burn rate and measure one if
+#                      missing; cluster runs bench/cluster_overhead.sh (its
+#                      own servers and etcd; output in cluster.txt)
 #   BENCH_SECONDS      target drain time of a burn cell (default 8)
 #   BENCH_MAX_JOBS     cap of a burn cell's job count (default 500000)
 #   BENCH_CLIENTS      burn worker connections (default "4 8")
@@ -44,7 +46,7 @@ BENCH=$ROOT/bench
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 PGBIN=$("$PG_CONFIG" --bindir)
 PORT=${BENCH_PORT:-55493}
-WORKLOADS=${BENCH_WORKLOADS:-burn latency steady backlog limits held}
+WORKLOADS=${BENCH_WORKLOADS:-burn latency steady backlog limits held cluster}
 SECONDS_PER_CELL=${BENCH_SECONDS:-8}
 MAX_JOBS=${BENCH_MAX_JOBS:-500000}
 LAT_MAX_SECONDS=${BENCH_LAT_MAX_SECONDS:-60}
@@ -319,6 +321,14 @@ if wants held; then
 			--batch "$(steady_batch "$sys")" --jobs "$jobs" --max-seconds $((HELD_SECONDS * 8))
 	done
 	section_end
+fi
+
+if wants cluster; then
+	log "cluster: a one-node cluster against single-node (bench/cluster_overhead.sh)"
+	if ! bash "$BENCH/cluster_overhead.sh" >"$OUT/cluster.txt" 2>&1; then
+		log "FAILED: cluster (see $OUT/cluster.txt)"
+	fi
+	grep median "$OUT/cluster.txt" >&2 || true
 fi
 
 PEER=$BENCH/peers/run-peer.sh
