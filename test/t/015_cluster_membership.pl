@@ -21,7 +21,9 @@
 #  5. an operator revokes node 1's lease, then deletes its member key under
 #     a live lease: each time node 1 gives the membership up and registers
 #     again;
-#  6. etcd quorum loss (the leader and a follower killed): SL021 within the
+#  6. the etcd leader killed alone: a new leader is elected, no shard is
+#     ever served by both nodes, and both serve their shards again;
+#     then quorum loss (the leader and a follower killed): SL021 within the
 #     TTL; serving again once the members are back;
 #  7. force release: refused while the owner's member key exists; after a
 #     clean stop of node 1 (its member key revoked, its owner keys kept) it
@@ -497,8 +499,31 @@ ok($rc != 0 && $e =~ /SL020|not owned by this node/, 'the enqueue itself on node
 }
 
 # ---------------------------------------------------------------------------
-# 6. etcd quorum loss
+# 6. the etcd leader alone, then etcd quorum loss
 # ---------------------------------------------------------------------------
+{
+	my $l = leader();
+	ok(defined $l, 'etcd has a leader');
+	my $t_kill = time();
+	etcd_kill($l // $etcd[0]);
+	# sample both nodes' served shards while etcd elects a new leader: a
+	# shard served by both at once would be a split brain
+	my ($samples, @both) = (0);
+	while (time() < $t_kill + 2 * $ttl)
+	{
+		my $a = $n1->safe_psql('postgres', q{SELECT array_to_string(serving_shards, ',') FROM silo.node_info});
+		my $b = $n2->safe_psql('postgres', q{SELECT array_to_string(serving_shards, ',') FROM silo.node_info});
+		my %on1 = map { $_ => 1 } split /,/, $a;
+		push @both, grep { $on1{$_} } split /,/, $b;
+		$samples++;
+		usleep(50_000);
+	}
+	is(join(',', @both), '', "the leader killed: no shard served by both nodes ($samples samples over " . 2 * $ttl . ' s)');
+	ok(defined leader() && leader() != ($l // $etcd[0]), 'the other members elected a new leader');
+	ok(wait_serving($n1, 'alive|7|7', 30) && wait_serving($n2, 'alive|1|1', 30),
+		'both nodes serve their shards under the new leader');
+	ok(etcd_restart($l // $etcd[0]), 'the old leader restarted');
+}
 {
 	# the leader and a follower: a surviving leader would renew leases for
 	# up to an election timeout more before it noticed (docs/cluster.md)
