@@ -25,7 +25,23 @@ SHLIB_LINK =
 
 EXTRA_CLEAN = tools/silo-worker
 
-PGXS := $(shell $(PG_CONFIG) --pgxs)
+# "make test", "make demo" and the other script targets below run a script
+# that installs the missing packages first (PGXS comes with
+# postgresql-server-dev-15) and then runs make itself.  With only such goals
+# this Makefile asks pg_config nothing, so that on a fresh machine their
+# first line is the script's own, not an error about pg_config or PGXS.
+SILO_SCRIPT_GOALS = test test-cluster demo stress bench
+ifneq ($(MAKECMDGOALS),)
+ifeq ($(filter-out $(SILO_SCRIPT_GOALS),$(MAKECMDGOALS)),)
+SILO_SCRIPTS_ONLY = 1
+endif
+endif
+
+ifndef SILO_SCRIPTS_ONLY
+PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+ifeq ($(wildcard $(PGXS)),)
+$(error PGXS not found (PG_CONFIG=$(PG_CONFIG)): install postgresql-server-dev-15, or run "make test" or "make demo", which install what is missing first)
+endif
 include $(PGXS)
 
 # PGXS tracks no header dependencies: a header change rebuilds everything.
@@ -53,6 +69,11 @@ install-silo-worker: tools/silo-worker
 uninstall-silo-worker:
 	rm -f '$(DESTDIR)$(bindir)/silo-worker'
 
+include mk/etcd.mk
+include mk/coordinator.mk
+include mk/siloctl.mk
+endif # SILO_SCRIPTS_ONLY
+
 .PHONY: test test-cluster demo stress bench check-layers
 check-layers: all
 	@tools/check-layers.sh && tools/check-layers.sh --selftest
@@ -73,6 +94,3 @@ stress:
 
 bench:
 	@bash bench/run.sh
-include mk/etcd.mk
-include mk/coordinator.mk
-include mk/siloctl.mk

@@ -1,9 +1,9 @@
 # mk/etcd.mk: the etcd client library (src/etcd/) and its test driver.
 #
-# Included at the very end of the top-level Makefile, after PGXS, which adds
-# the test driver to "all" and the objects to "make clean".  It also works
-# on its own, from the top of the tree (say, while the extension itself does
-# not build):
+# Included from the top-level Makefile after PGXS, which adds the test
+# driver to "all" and the objects to "make clean".  It also works on its
+# own, from the top of the tree (say, while the extension itself does not
+# build):
 #
 #   make -f mk/etcd.mk             library objects and test/etcd/etcd_client_test
 #   make -f mk/etcd.mk etcd-asan   test/etcd/etcd_client_test.asan, the driver

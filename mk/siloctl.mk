@@ -1,9 +1,9 @@
 # mk/siloctl.mk: siloctl, the operator's command-line tool (tools/siloctl/).
 #
-# Included at the very end of the top-level Makefile, after PGXS and
-# mk/etcd.mk: adds tools/siloctl/siloctl to "all", installs it as
-# $(bindir)/siloctl with "make install", removes it with "make uninstall",
-# and "make clean" deletes it.  It also works on its own, from the top of
+# Included from the top-level Makefile after PGXS and mk/etcd.mk: adds
+# tools/siloctl/siloctl to "all", installs it as $(bindir)/siloctl with
+# "make install", removes it with "make uninstall", and "make clean"
+# deletes it.  It also works on its own, from the top of
 # the tree (it then includes mk/etcd.mk itself):
 #
 #   make -f mk/siloctl.mk               tools/siloctl/siloctl

@@ -10,7 +10,9 @@
 #               (sql/<name>.sql, expected/<name>.out)
 #   isolation   pg_isolation_regress, temp instance, every
 #               test/isolation/specs/*.spec
-#   tap         prove -v over test/t/*.pl (PostgreSQL::Test::Cluster)
+#   tap         prove -v over test/t/*.pl (PostgreSQL::Test::Cluster); the
+#               full output goes to $SCRATCH/tap.log, the screen shows one
+#               line per file (and the failed assertions) and prove's summary
 #   layers      tools/check-layers.sh: calls between src/'s folders go down
 #   clients     the client libraries' own suites: clients/node/test/run.sh
 #               (node's test runner against a cluster of its own, the
@@ -102,9 +104,11 @@ stop_leftover_servers()
 }
 
 # run_logged LOG CMD...: run CMD under the suite timeout with its output
-# saved to LOG and shown as it comes; returns CMD's status (124: timed out).
-# timeout(1) puts CMD in its own process group and kills all of it.
+# saved to LOG and shown as it comes (through the command LOG_FILTER names,
+# when set); returns CMD's status (124: timed out).  timeout(1) puts CMD in
+# its own process group and kills all of it.
 SUITE_PID=
+LOG_FILTER=
 run_logged()
 {
 	local log=$1 rc tail_pid
@@ -112,7 +116,11 @@ run_logged()
 	: >"$log"
 	timeout -k 60 "$SUITE_TIMEOUT" "$@" </dev/null >"$log" 2>&1 &
 	SUITE_PID=$!
-	tail -n +1 -f --pid="$SUITE_PID" "$log" &
+	if [ -n "$LOG_FILTER" ]; then
+		tail -n +1 -f --pid="$SUITE_PID" "$log" | "$LOG_FILTER" &
+	else
+		tail -n +1 -f --pid="$SUITE_PID" "$log" &
+	fi
 	tail_pid=$!
 	wait "$SUITE_PID"
 	rc=$?
@@ -223,6 +231,59 @@ count_tap()
 			else
 				print oks + 0, notoks + bailed
 		}' "$1"
+}
+
+# tap_progress: filter prove -v output (stdin) down to one line per TAP
+# file, "test/t/NNN_name.pl .. ok" (or skipped, or Dubious ... with the
+# subtest count), each failed assertion ("not ok") under its file, and
+# prove's closing summary.  A file's "ok" counts once its plan ("1..N") was
+# seen.  A file that never got its result line (the suite timed out) is
+# named at the end.  Everything else (notes, the
+# scripts' stderr) stays in the log only.
+# shellcheck disable=SC2317 # called through LOG_FILTER
+tap_progress()
+{
+	awk '
+		function result(text) {
+			printf "%s .. %s\n", file, text
+			if (notok != "")
+				printf "%s", notok
+			file = ""; notok = ""; planned = 0; fflush()
+		}
+		summary { print; fflush(); next }
+		/^Test Summary Report$/ || /^All tests successful\.$/ || /^Files=[0-9]+, Tests=[0-9]+/ {
+			summary = 1; print; fflush(); next
+		}
+		/^[^ \t#]+\.pl \.+ ?/ {
+			if (file != "")
+				result("(no result)")
+			file = $1; rest = $0; sub(/^[^ ]+ \.+ ?/, "", rest)
+			if (rest != "")
+				result(rest)
+			next
+		}
+		file == "" { next }
+		/^1\.\.[0-9]+/ { planned = 1; next }
+		/^not ok [0-9]+/ && !/# *TODO/ { notok = notok "    " $0 "\n"; next }
+		/^ok$/ && planned { result("ok"); next }
+		/^Dubious, / { dubious = $0; next }
+		/^(Failed [0-9]+\/[0-9]+ subtests|All [0-9]+ subtests passed|No subtests run)/ {
+			sub(/ +$/, ""); result((dubious != "" ? dubious ": " : "") $0); dubious = ""; next
+		}
+		/^Bailout called/ { print; fflush(); next }
+		END { if (file != "") result("(no result: the run ended here)") }'
+}
+
+# tap_failures LOG: the failed assertions of a TAP script's log
+# (regress_log_NAME), each with the diagnostics below it, 40 lines at most
+# for each and 200 in all.  Lines of that log may start with a "[time](elapsed) " stamp.
+tap_failures()
+{
+	awk '
+		{ line = $0; sub(/^\[[^]]*\]\([^)]*\) ?/, "", line) }
+		line ~ /^not ok [0-9]+/ && line !~ /# *TODO/ { shown = 0; on = 1 }
+		on && line !~ /^not ok / && line !~ /^#/ && line != "" { on = 0 }
+		on && shown++ < 40 && total++ < 200 { print line }' "$1"
 }
 
 # record SUITE PASS FAIL RC: add a suite result; a runner that failed without
@@ -366,7 +427,8 @@ suite_tap()
 	fi
 
 	# cwd is $COPY, so prove names the files test/t/*.pl
-	run_logged "$log" "${AS_USER[@]}" env \
+	say "full output: $log"
+	LOG_FILTER=tap_progress run_logged "$log" "${AS_USER[@]}" env \
 		PATH="$PGBIN:$PATH" \
 		PG_REGRESS="$PG_REGRESS" \
 		TESTDIR="$SCRATCH" \
@@ -383,21 +445,28 @@ suite_tap()
 	read -r pass fail < <(count_tap "$log")
 	if [ "$rc" -ne 0 ] || [ "$fail" -ne 0 ]; then
 		header "tap failed: diagnostics"
-		# the logs of the scripts in prove's failure report, else all logs
+		# The scripts in prove's failure report; without one (the run was
+		# cut short), the last script prove started.  For each, the tail of
+		# its own output (regress_log_NAME: every TAP line, note and diag)
+		# and of its servers' logs, all kept with the scratch dir.
 		local failed_scripts=() name
 		mapfile -t failed_scripts < <(sed -nE 's|^(\S*/)?(\S+)\.pl +\(Wstat: .*|\2|p' "$log")
-		for f in "$SCRATCH"/tmp_check/log/*; do
-			[ -f "$f" ] || continue
-			if [ "${#failed_scripts[@]}" -gt 0 ]; then
-				for name in "${failed_scripts[@]}"; do
-					case ${f##*/} in
-						"regress_log_$name" | "${name}"_*.log) show_tail "$f" 60 ;;
-					esac
-				done
-			else
-				show_tail "$f" 60
+		if [ "${#failed_scripts[@]}" -eq 0 ]; then
+			mapfile -t failed_scripts < <(sed -nE 's|^(\S*/)?([^/ ]+)\.pl \.+.*|\2|p' "$log" | tail -n 1)
+		fi
+		for name in "${failed_scripts[@]}"; do
+			f=$SCRATCH/tmp_check/log/regress_log_$name
+			if [ -s "$f" ] && grep -qE '(^|\) )not ok [0-9]+' "$f"; then
+				say "---- $f: the failed assertions"
+				tap_failures "$f"
 			fi
+			show_tail "$f" 60
+			for f in "$SCRATCH"/tmp_check/log/"${name}"_*.log; do
+				[ -f "$f" ] && show_tail "$f" 20
+			done
 		done
+		say "---- the full output of prove: $log"
+		say "---- every script's output and server logs: $SCRATCH/tmp_check/log/"
 		[ "$rc" -eq 124 ] && say "tap: timed out after ${SUITE_TIMEOUT}s"
 	fi
 	record tap "$pass" "$fail" "$rc"

@@ -4,18 +4,22 @@
 # As root on a bare Debian 12 machine: installs the missing packages, builds
 # and installs the extension and tools/silo-worker, creates a durable
 # (fsync on) cluster in a postgres-owned temp dir under /tmp that listens on
-# a unix socket in that dir only (port picked in 55000-55999), enqueues jobs
-# and drains them with silo-worker, prints a summary, then stops the cluster
-# and removes the dir.
+# a unix socket in that dir only (port picked in 55000-55999), runs the
+# scenario it prints first, then stops the cluster and removes the dir.
 #
-#   demo-bulk  5000 jobs, drained by the worker's built-in no-op handler
-#   demo        500 jobs, drained by a shell handler (--exec): some succeed,
-#               some fail for good, some fail twice and then succeed
+#   demo-bulk  5000 jobs of two tenants, drained by the worker's built-in
+#              no-op handler: the throughput of the queue itself
+#   demo        500 jobs run by a shell handler (--exec): some fail on
+#               purpose (for good, with and without retries), some fail
+#               twice and then succeed, some share a concurrency limit of 2;
+#               plus one job delayed by 3 s and one cancelled while it runs
 #
-# Both batches mix two tenants, three priorities, jobs scheduled 2 s ahead
-# and jobs with a retry policy.
+# After each worker the demo shows what happened with queries of silo.jobs,
+# silo.attempts and silo.queues, and checks that the worker's summary line
+# (jobs ended, not attempts) agrees with silo.jobs.
 #
-# Environment: SILO_DEMO_BULK (default 5000), SILO_DEMO_EXEC (default 500).
+# Environment: SILO_DEMO_BULK (default 5000), SILO_DEMO_EXEC (default 500,
+# at least 40).
 
 # shellcheck source-path=SCRIPTDIR/..
 set -uo pipefail
@@ -26,12 +30,14 @@ PG_CONFIG=$PGBIN/pg_config
 WORKER=$SRC/tools/silo-worker
 N_BULK=${SILO_DEMO_BULK:-5000}
 N_EXEC=${SILO_DEMO_EXEC:-500}
+[ "$N_EXEC" -ge 40 ] 2>/dev/null || N_EXEC=40
 
 export LANG=C.UTF-8 LC_ALL=C.UTF-8
 unset PGHOSTADDR PGSERVICE PGSERVICEFILE PGOPTIONS PGDATA PGPASSWORD
 
 DIR=
 WORKER_PID=
+CANCEL_PID=
 
 header() { printf '\n== %s\n' "$*"; }
 die()
@@ -51,6 +57,7 @@ cleanup()
 	local rc=$?
 	trap '' INT TERM
 	trap - EXIT
+	[ -n "$CANCEL_PID" ] && kill -TERM "$CANCEL_PID" 2>/dev/null
 	if [ -n "$WORKER_PID" ]; then
 		kill -TERM "$WORKER_PID" 2>/dev/null
 		wait "$WORKER_PID" 2>/dev/null
@@ -112,8 +119,40 @@ run_worker()
 	return "$rc"
 }
 
+# scenario: the plan, in plain words, before anything runs.  The counts
+# follow from the rules of the "demo" batch below (n = 1 .. N_EXEC).
+scenario()
+{
+	local fail=$(((N_EXEC + 7) / 10)) fail_retry=$(((N_EXEC + 17) / 20))
+	local flaky=$(((N_EXEC + 4) / 10)) report=$(((N_EXEC + 12) / 20))
+	cat <<EOF
+== The scenario
+1. demo-bulk: $N_BULK jobs of two tenants (acme, globex), three priorities,
+   drained by silo-worker's built-in no-op handler (8 at a time).
+2. demo: $N_EXEC jobs run by a shell handler (silo-worker --exec, 8 at a time):
+   - $fail fail on purpose every time (n = 3, 13, 23, ...): the $fail_retry with a
+     retry policy (3 retries) are tried 4 times, the others once; all end Failed;
+   - $flaky are flaky (n = 6, 16, 26, ...): attempts 1 and 2 fail, attempt 3
+     succeeds.  A retry is due 100 ms (then 200 ms) after the failure, and
+     then waits its turn behind the jobs already due;
+   - $report share a concurrency limit (n = 8, 28, 48, ...: key "report-db",
+     at most 2 at a time), each runs for 0.2 s, and they go first
+     (priority 0), so 2 run at a time while the other slots do other jobs;
+   - the rest succeed at once.
+   Plus two named jobs of priority 0: "nightly-report", delayed to start 3 s
+   after it is enqueued, and "export-all", which would run for a minute but
+   is cancelled as soon as it runs: the worker stops it and acknowledges the
+   cancel.
+   The worker's summary counts jobs: a retried job is one job, however many
+   attempts it took.
+EOF
+}
+
 # ---------------------------------------------------------------------------
+scenario
+
 header "Packages"
+
 # shellcheck source=tools/ensure-deps.sh
 . "$SRC/tools/ensure-deps.sh"
 silo_ensure_deps || die "could not install the packages"
@@ -158,52 +197,57 @@ sql -At -c "SELECT 'installed: ' || string_agg(extname || ' ' || extversion, ', 
               FROM pg_extension WHERE extname IN ('silo', 'pg_cron')"
 
 # ---------------------------------------------------------------------------
-header "Enqueue"
-# Every 10th job starts 2 s from now, every 4th has a retry policy, the
-# tenant alternates every 10 jobs and the priority every job.  In group
-# "demo" the payload also tells the shell handler what to do: jobs 3, 13,
-# 23, ... always fail (the half with a retry policy after 4 attempts), jobs
-# 6, 16, 26, ... fail twice, then succeed.
-sql -v n_bulk="$N_BULK" -v n_exec="$N_EXEC" <<'EOF' || die "enqueue failed"
+header "1. demo-bulk: $N_BULK jobs, no-op handler"
+sql -v n_bulk="$N_BULK" <<'EOF' || die "enqueue failed"
 \timing on
 SELECT count(*) AS "demo-bulk jobs enqueued"
   FROM silo.enqueue_many((
-	SELECT jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
+	SELECT jsonb_agg(jsonb_build_object(
 			 'task_group', 'demo-bulk',
 			 'tenant', CASE WHEN g / 10 % 2 = 0 THEN 'acme' ELSE 'globex' END,
 			 'priority', (ARRAY[10, 50, 90])[1 + g % 3],
-			 'payload', jsonb_build_object('n', g),
-			 'start_at', CASE WHEN g % 10 = 0 THEN now() + interval '2 seconds' END,
-			 'retry_policy', CASE WHEN g % 4 = 0 THEN
-				 '{"retryCount": 3, "initialIntervalMs": 100, "backoffFactor": 2}'::jsonb END)))
+			 'payload', jsonb_build_object('n', g)))
 	  FROM generate_series(1, :n_bulk) AS g));
-SELECT count(*) AS "demo jobs enqueued"
-  FROM silo.enqueue_many((
-	SELECT jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
-			 'task_group', 'demo',
-			 'tenant', CASE WHEN g / 10 % 2 = 0 THEN 'acme' ELSE 'globex' END,
-			 'priority', (ARRAY[10, 50, 90])[1 + g % 3],
-			 'payload', jsonb_strip_nulls(jsonb_build_object(
-				 'n', g,
-				 'fail', CASE WHEN g % 10 = 3 THEN true END,
-				 'fail_until_attempt', CASE WHEN g % 10 = 6 THEN 3 END)),
-			 'start_at', CASE WHEN g % 10 = 0 THEN now() + interval '2 seconds' END,
-			 'retry_policy', CASE WHEN g % 4 = 0 OR g % 10 = 6 OR g % 20 = 3 THEN
-				 '{"retryCount": 3, "initialIntervalMs": 100, "backoffFactor": 2}'::jsonb END)))
-	  FROM generate_series(1, :n_exec) AS g));
 \timing off
-\echo
-\echo Jobs by state before the workers run:
-SELECT task_group, status, count(*) AS jobs
-  FROM silo.jobs GROUP BY 1, 2 ORDER BY 1, 2;
 EOF
-
-# ---------------------------------------------------------------------------
-header "Worker 1: no-op handler, task group demo-bulk"
 echo "  \$ silo-worker --task-group demo-bulk --concurrency 8 --batch 200 --progress --exit-when-idle 3000"
 run_worker "$DIR/worker-bulk.log" --task-group demo-bulk --concurrency 8 --batch 200 \
 	--progress --exit-when-idle 3000
 rc_bulk=$?
+[ "$rc_bulk" -eq 0 ] || die "worker 1 exited with status $rc_bulk"
+
+# ---------------------------------------------------------------------------
+header "2. demo: $N_EXEC jobs and two named ones, shell handler"
+# The payload tells the shell handler what to do: "fail" always fails,
+# "fail_until_attempt" fails the attempts before that one, "sleep" sleeps
+# that many seconds first.
+sql -v n_exec="$N_EXEC" <<'EOF' || die "enqueue failed"
+SELECT count(*) AS "demo jobs enqueued"
+  FROM silo.enqueue_many((
+	SELECT jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
+			 'task_group', 'demo',
+			 'id', 'demo-' || g,
+			 'tenant', CASE WHEN g / 10 % 2 = 0 THEN 'acme' ELSE 'globex' END,
+			 'priority', CASE WHEN g % 20 = 8 THEN 0 ELSE (ARRAY[10, 50, 90])[1 + g % 3] END,
+			 'payload', jsonb_strip_nulls(jsonb_build_object(
+				 'n', g,
+				 'fail', CASE WHEN g % 10 = 3 THEN true END,
+				 'fail_until_attempt', CASE WHEN g % 10 = 6 THEN 3 END,
+				 'sleep', CASE WHEN g % 20 = 8 THEN 0.2 END)),
+			 'retry_policy', CASE WHEN g % 20 = 3 OR g % 10 = 6 THEN
+				 '{"retryCount": 3, "initialIntervalMs": 100, "backoffFactor": 2}'::jsonb END,
+			 'limits', CASE WHEN g % 20 = 8 THEN
+				 '[{"type": "concurrency", "key": "report-db", "maxConcurrency": 2}]'::jsonb END)))
+	  FROM generate_series(1, :n_exec) AS g));
+SELECT silo.enqueue('demo', '{"report": "nightly"}', tenant => 'acme', id => 'nightly-report',
+					priority => 0, start_at => now() + interval '3 seconds') AS "delayed by 3 s";
+SELECT silo.enqueue('demo', '{"sleep": 60}', tenant => 'acme', id => 'export-all',
+					priority => 0) AS "to be cancelled";
+\echo Jobs by state before the worker runs: the delayed job is Scheduled, and all
+\echo but two of the jobs of the concurrency limit wait in line for key report-db:
+SELECT status, count(*) AS jobs FROM silo.jobs WHERE task_group = 'demo' GROUP BY 1 ORDER BY 1;
+SELECT tenant, queue AS key, holders, requesters FROM silo.queues WHERE queue = 'report-db';
+EOF
 
 HANDLER=$DIR/handler.sh
 cat >"$HANDLER" <<'EOF'
@@ -221,49 +265,99 @@ if [ -n "$until" ] && [ "$SILO_RELATIVE_ATTEMPT" -lt "$until" ]; then
 	echo "flaky: attempt $SILO_RELATIVE_ATTEMPT fails" >&2
 	exit 1
 fi
+secs=$(printf '%s' "$payload" | sed -n 's/.*"sleep": \([0-9.]*\).*/\1/p')
+[ -n "$secs" ] && sleep "$secs"
 printf '{"ok": true, "attempt": %s}\n' "$SILO_ATTEMPT"
 EOF
 chmod 755 "$HANDLER"
 
-header "Worker 2: shell handler (--exec), task group demo"
-echo "  \$ silo-worker --task-group demo --exec $HANDLER --concurrency 8 --progress --exit-when-idle 3000"
+# The canceller: once export-all runs, cancel it.  The worker hears of it at
+# its next heartbeat, stops the handler and acknowledges the cancel.
+(
+	deadline=$((SECONDS + 120))
+	until [ "$(sql -At -c "SELECT status FROM silo.jobs WHERE tenant = 'acme' AND id = 'export-all'")" = Running ]; do
+		[ "$SECONDS" -lt "$deadline" ] || { echo "export-all did not start within 120 s"; exit 1; }
+		sleep 0.1
+	done
+	sql -c "SELECT silo.cancel('export-all', 'acme')" >/dev/null &&
+		echo "cancelled export-all while it ran"
+) >"$DIR/cancel.log" 2>&1 &
+CANCEL_PID=$!
+
+echo "  \$ silo-worker --task-group demo --exec handler.sh --concurrency 8 --progress --exit-when-idle 3000"
 run_worker "$DIR/worker-exec.log" --task-group demo --exec "$HANDLER" --concurrency 8 \
 	--progress --exit-when-idle 3000
 rc_exec=$?
+wait "$CANCEL_PID"
+rc_cancel=$?
+CANCEL_PID=
+sed 's/^/  /' "$DIR/cancel.log"
+[ "$rc_exec" -eq 0 ] || die "worker 2 exited with status $rc_exec"
+[ "$rc_cancel" -eq 0 ] || die "the cancel did not happen"
 
 # ---------------------------------------------------------------------------
-header "Summary"
+header "What happened"
 sql <<'EOF' || die "summary queries failed"
-\echo Jobs by state:
-SELECT task_group, status, count(*) AS jobs,
-	   count(*) FILTER (WHERE tenant = 'acme') AS acme,
-	   count(*) FILTER (WHERE tenant = 'globex') AS globex
-  FROM silo.jobs GROUP BY 1, 2 ORDER BY 1, 2;
-\echo Attempts by status:
-SELECT i.task_group, a.status, count(*) AS attempts, max(a.attempt) AS max_attempt
-  FROM silo.attempts a
-  JOIN silo.job_info i ON i.tenant = a.tenant AND i.id = a.job_id
- GROUP BY 1, 2 ORDER BY 1, 2;
-\echo Failed jobs: the last attempt of one job per attempt count:
-SELECT DISTINCT ON (a.attempt) a.tenant, a.job_id, a.attempt, a.error_code, a.error_data
+\echo Jobs by state, and the attempts they took:
+SELECT j.task_group, j.status, count(*) AS jobs,
+	   sum(a.attempts) AS attempts, max(a.attempts) AS "most attempts"
   FROM silo.jobs j
-  JOIN silo.attempts a ON a.tenant = j.tenant AND a.job_id = j.id
- WHERE j.status = 'Failed'
-   AND a.attempt = (SELECT max(attempt) FROM silo.attempts x
-					 WHERE x.tenant = a.tenant AND x.job_id = a.job_id)
- ORDER BY a.attempt, a.finished_at;
-\echo Throughput, first attempt start to last attempt end (includes the 2 s scheduled jobs):
-SELECT i.task_group, count(*) AS attempts,
-	   round(extract(epoch FROM max(a.finished_at) - min(a.started_at)), 2) AS seconds,
-	   round(count(*) / nullif(extract(epoch FROM max(a.finished_at) - min(a.started_at)), 0), 1)
-		   AS attempts_per_s
-  FROM silo.attempts a
-  JOIN silo.job_info i ON i.tenant = a.tenant AND i.id = a.job_id
- WHERE a.finished_at IS NOT NULL
- GROUP BY 1 ORDER BY 1;
+  JOIN (SELECT tenant, job_id, count(*) AS attempts FROM silo.attempts GROUP BY 1, 2) a
+	ON a.tenant = j.tenant AND a.job_id = j.id
+ GROUP BY 1, 2 ORDER BY 1, 2;
+\echo Failing on purpose: demo-3 (retry policy: 4 attempts) and demo-13 (no policy: 1):
+SELECT job_id, attempt, status, error_code, rtrim(error_data ->> 'stderr', E'\n') AS stderr,
+	   to_char(started_at, 'HH24:MI:SS.MS') AS started
+  FROM silo.attempts WHERE job_id IN ('demo-3', 'demo-13') ORDER BY job_id, attempt;
+\echo Flaky: demo-6; each retry was due 100 ms, then 200 ms, after a failure, and then
+\echo waited its turn behind the jobs already due:
+SELECT job_id, attempt, status, error_code, to_char(started_at, 'HH24:MI:SS.MS') AS started,
+	   to_char(finished_at, 'HH24:MI:SS.MS') AS finished
+  FROM silo.attempts WHERE job_id = 'demo-6' ORDER BY attempt;
+\echo The concurrency limit: the most jobs of key report-db running at one moment
+\echo (started while others had not finished), and how long the 0.2 s jobs took together:
+WITH r AS (SELECT a.started_at, a.finished_at
+			 FROM silo.attempts a JOIN silo.jobs j ON j.tenant = a.tenant AND j.id = a.job_id
+			WHERE j.task_group = 'demo' AND j.id LIKE 'demo-%' AND j.payload ? 'sleep')
+SELECT max((SELECT count(*) FROM r o
+			 WHERE o.started_at <= r.started_at AND o.finished_at > r.started_at)) AS "most at once",
+	   count(*) AS jobs,
+	   round(extract(epoch FROM max(finished_at) - min(started_at)), 1) AS seconds
+  FROM r;
+\echo The delayed job and the cancelled one:
+SELECT j.id, j.status, to_char(j.enqueued_at, 'HH24:MI:SS.MS') AS enqueued,
+	   to_char(a.started_at, 'HH24:MI:SS.MS') AS started,
+	   round(extract(epoch FROM a.started_at - j.enqueued_at), 1) AS "s after enqueue",
+	   to_char(j.cancelled_at, 'HH24:MI:SS.MS') AS cancelled,
+	   to_char(a.finished_at, 'HH24:MI:SS.MS') AS "attempt ended", a.status AS attempt
+  FROM silo.jobs j JOIN silo.attempts a ON a.tenant = j.tenant AND a.job_id = j.id
+ WHERE j.id IN ('nightly-report', 'export-all') ORDER BY j.id;
 EOF
-echo "Throughput reported by the workers (their time includes the 3 s idle wait before exiting):"
-grep -h 'silo-worker: finished' "$DIR/worker-bulk.log" "$DIR/worker-exec.log" | sed 's/^/  /'
 
-[ "$rc_bulk" -eq 0 ] || die "worker 1 exited with status $rc_bulk"
-[ "$rc_exec" -eq 0 ] || die "worker 2 exited with status $rc_exec"
+# check_summary GROUP LOG: show the worker's summary, which counts the jobs
+# it ended, and check it against silo.jobs (one worker per group, so it
+# ended all of them).
+check_summary()
+{
+	local group=$1 log=$2 want got
+	want=$(sql -At -v g="$group" <<'EOF'
+SELECT format('finished %s jobs (%s succeeded, %s failed, %s cancelled; %s of them after retries)',
+			  count(*), count(*) FILTER (WHERE status = 'Succeeded'),
+			  count(*) FILTER (WHERE status = 'Failed'),
+			  count(*) FILTER (WHERE status = 'Cancelled'),
+			  count(*) FILTER (WHERE (SELECT max(relative_attempt) FROM silo.attempts a
+									  WHERE a.tenant = j.tenant AND a.job_id = j.id) > 1))
+  FROM silo.jobs j WHERE task_group = :'g';
+EOF
+	) || die "the check of the summary failed"
+	got=$(grep -E '^silo-worker: (finished|also) ' "$log")
+	printf '%s\n' "$got" | sed 's/^/  /'
+	case $got in
+		"silo-worker: $want"*) echo "  silo.jobs agrees: $want" ;;
+		*) die "the summary of $group does not match silo.jobs: $want" ;;
+	esac
+}
+
+header "The workers' summaries (jobs, not attempts; the time includes the 3 s idle wait)"
+check_summary demo-bulk "$DIR/worker-bulk.log"
+check_summary demo "$DIR/worker-exec.log"

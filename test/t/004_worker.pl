@@ -1,7 +1,8 @@
 
 # 004_worker.pl: the reference worker tools/silo-worker, end to end.
 #
-#  - no-op mode drains 200 jobs (all Succeeded, one attempt each);
+#  - no-op mode drains 200 jobs (all Succeeded, one attempt each); a job on
+#    its second attempt counts as ended after retries;
 #  - --exec: the payload arrives on stdin and SILO_* variables are set; exit 0
 #    with JSON stdout stores that JSON as the result, exit 0 with other text
 #    stores it as a JSON string (surrounding whitespace trimmed), empty stdout
@@ -53,8 +54,9 @@ my $w = start_worker('tap-noop', '--task-group', 'noop', '--concurrency', '8',
 ok(wait_process_exit($w, 60), 'no-op: the worker exits after --max-jobs 200');
 stop_process($w);
 is($w->{status}, 0, 'no-op: exit status 0');
-like($w->{out}, qr/finished 200 jobs \(200 succeeded, 0 failed, 0 cancelled, 0 released\)/,
+like($w->{out}, qr/finished 200 jobs \(200 succeeded, 0 failed, 0 cancelled; 0 of them after retries\)/,
 	'no-op: the summary line counts 200 successes');
+unlike($w->{out}, qr/also \d+ failed attempt/, 'no-op: no line about retried attempts or releases');
 is( $node->safe_psql('postgres', q{
 SELECT string_agg(status || ' ' || n, ',') FROM
   (SELECT status, count(*) n FROM silo.jobs WHERE task_group = 'noop' GROUP BY 1) x}),
@@ -64,6 +66,19 @@ SELECT count(*), count(DISTINCT job_id), min(worker_id), max(worker_id), count(r
   FROM silo.attempt a JOIN silo.job_info i ON i.tenant = a.tenant AND i.id = a.job_id
  WHERE i.task_group = 'noop'}),
 	'200|200|tap-noop|tap-noop|0', 'no-op: one attempt per job, by this worker, NULL result');
+
+# A retry completed by the no-op handler counts as a job ended after retries
+# (silo.complete_many is told which tasks are retries).
+$node->safe_psql('postgres', q{
+SELECT silo.enqueue('noop-retry', '{}', id => 'noop-retry-1',
+                    retry_policy => '{"retryCount": 1, "initialIntervalMs": 0}');
+SELECT silo.fail(task_id, 'w-sql', 'FIRST_TRY') FROM silo.lease('w-sql', 'noop-retry', 10);
+SELECT silo.enqueue('noop-retry', '{}', id => 'noop-retry-2');});
+$w = start_worker('tap-noop-retry', '--task-group', 'noop-retry', '--max-jobs', '2');
+ok(wait_process_exit($w, 60), 'no-op retry: the worker exits after --max-jobs 2');
+stop_process($w);
+like($w->{out}, qr/finished 2 jobs \(2 succeeded, 0 failed, 0 cancelled; 1 of them after retries\)/,
+	'no-op retry: the summary counts the job on its second attempt as ended after retries');
 
 # ---------------------------------------------------------------------------
 # --exec
@@ -118,6 +133,11 @@ ok( poll_until(
 	'exec: all eight jobs ended');
 ok(stop_process($w, 15), 'exec: the worker stops on SIGTERM');
 is($w->{status}, 0, 'exec: exit status 0');
+# ten attempts: exit3-1 and flaky-1 failed once each with a retry to come
+like($w->{out}, qr/finished 8 jobs \(5 succeeded, 3 failed, 0 cancelled; 2 of them after retries\)/,
+	'exec: the summary counts jobs, not attempts: 8 ended, exit3-1 and flaky-1 after a retry');
+like($w->{out}, qr/also 2 failed attempt\(s\) to be retried and 0 task\(s\) released unfinished/,
+	'exec: the two failed attempts that were retried are counted apart');
 
 is( $node->safe_psql('postgres', q{
 SELECT status, result = jsonb_build_object('stdin', '{"a": [1, 2], "s": "x y \"q\""}'::jsonb,
@@ -186,7 +206,8 @@ ok($took >= 0.9, sprintf('slow: it waited for the grace period first (%.2f s)', 
 ok($took < 10, sprintf('slow: it did not wait for the jobs (%.2f s)', $took));
 stop_process($w);
 is($w->{status}, 0, 'slow: exit status 0');
-like($w->{out}, qr/\(0 succeeded, 0 failed, 0 cancelled, 3 released\)/, 'slow: the summary counts 3 released');
+like($w->{out}, qr/finished 0 jobs .*\n.*also 0 failed attempt\(s\) to be retried and 3 task\(s\) released unfinished/,
+	'slow: the summary counts no job finished and 3 released');
 ok(!grep({ pid_alive($_) } @children), 'slow: the handlers were killed');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM silo.leases}), '0', 'slow: the leases are gone');
 is( $node->safe_psql('postgres', q{
@@ -221,7 +242,7 @@ $took = time() - $t0;
 note(sprintf('second signal: exited %.2f s after the second SIGTERM (grace 60 s)', $took));
 ok($took < 10, sprintf('second signal: the grace period was cut short (%.2f s)', $took));
 stop_process($w);
-like($w->{out}, qr/\(0 succeeded, 0 failed, 0 cancelled, 2 released\)/,
+like($w->{out}, qr/finished 0 jobs .*\n.*also 0 failed attempt\(s\) to be retried and 2 task\(s\) released unfinished/,
 	'second signal: both tasks released');
 is( $node->safe_psql('postgres', q{
 SELECT string_agg(status || ':' || current_attempt, ',') FROM silo.jobs WHERE task_group = 'slow2'}),
@@ -250,7 +271,7 @@ note(sprintf('grace: exited %.2f s after SIGTERM (jobs of 1.5 s, grace 5 s)', $t
 ok($took < 4.5, sprintf('grace: it exited when the jobs were done, before the grace ran out (%.2f s)', $took));
 stop_process($w);
 is($w->{status}, 0, 'grace: exit status 0');
-like($w->{out}, qr/finished 3 jobs \(3 succeeded, 0 failed, 0 cancelled, 0 released\)/,
+like($w->{out}, qr/finished 3 jobs \(3 succeeded, 0 failed, 0 cancelled; 0 of them after retries\)/,
 	'grace: the summary counts 3 succeeded');
 is( $node->safe_psql('postgres', q{
 SELECT string_agg(status || ' ' || n, ',' ORDER BY status) FROM

@@ -194,7 +194,7 @@ SELECT char_length(last_error),
 
 ok(stop_process($wa, 20), 'exec: the worker stops on SIGTERM');
 is($wa->{status}, 0, 'exec: exit status 0');
-like($wa->{out}, qr/finished 3 jobs \(3 succeeded, 0 failed, 0 cancelled, 0 released\)/,
+like($wa->{out}, qr/finished 3 jobs \(3 succeeded, 0 failed, 0 cancelled; 0 of them after retries\)/,
 	'exec: the summary counts the three jobs, not the refreshes');
 like($wa->{out}, qr/answered \d+ refresh task\(s\) \([1-9]\d* reported, [1-9]\d* failed\)/,
 	'exec: the summary counts reported and failed refreshes');

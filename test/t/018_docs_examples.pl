@@ -26,16 +26,30 @@
 #    text) and the SQLSTATE, whichever are given, must be psql's.
 #  - Every other statement must succeed: no error from the server, and none
 #    from psql either (a \gset that gets no row, say).
+#  - A ```text block right after a ```sql block (nothing but blank lines
+#    between them) is the output of that block's last statement, as psql
+#    prints it by default (aligned, with the header and the "(N rows)"
+#    footer), and must be what psql prints.  The comparison is cell by
+#    cell: the padding and the separator line do not matter; a uuid and a
+#    timestamp match any uuid and any timestamp (generated ids and clock
+#    times differ from run to run); "…" in a cell stands for any text.
+#    Only statements whose output does not depend on time (or on when the
+#    broker runs) get such a block.  A ```text block anywhere else is an
+#    error (its output would go unchecked).
 #
 # A failure names the file, the first line of the block, the line of the
-# statement and its text, and shows what psql printed for it.
+# statement and its text, and shows what psql printed for it (and, for an
+# output that differs, the documented and the actual output).
 #
 # How: the blocks are split into statements here, and after each one the
 # script fed to psql (-f -, ON_ERROR_STOP off) has a line
 #   \echo @@@ <n> :ERROR :SQLSTATE :LAST_ERROR_MESSAGE
 # whose output says whether statement n failed, with which SQLSTATE and
 # message.  psql's own errors (stderr) carry the line of the fed script
-# ("psql:<stdin>:LINE: ..."), which leads back to the statement.
+# ("psql:<stdin>:LINE: ..."), which leads back to the statement.  A
+# statement with a documented output runs between "\pset format aligned"
+# (and tuples_only off) and the way back, its output between the lines
+# "@@@< <n>" and "@@@> <n>".
 
 use strict;
 use warnings FATAL => 'all';
@@ -60,12 +74,15 @@ my @docs = (
 # Reading the documents
 # ---------------------------------------------------------------------------
 
-# doc_blocks(PATH): the ```sql blocks of a Markdown file, in order, each as
-# { line => the line number of its first line, lines => [[number, text], ...] }.
+# doc_blocks(PATH, ERRORS): the ```sql blocks of a Markdown file, in order,
+# each as { line => the line number of its first line, lines => [[number,
+# text], ...], output => the ```text block right after it, if any, in the
+# same form }.  A ```text block anywhere else adds to ERRORS: its output
+# would go unchecked.
 sub doc_blocks
 {
-	my ($path) = @_;
-	my (@blocks, $block, $fenced);
+	my ($path, $errors) = @_;
+	my (@blocks, $block, $fenced, $after_sql);
 
 	open my $fh, '<', $path or die "cannot read $path: $!";
 	while (my $text = <$fh>)
@@ -74,14 +91,41 @@ sub doc_blocks
 		my $number = $.;
 		if (!$fenced)
 		{
-			next unless $text =~ /^```\s*(\S*)\s*$/;
+			if ($text !~ /^```\s*(\S*)\s*$/)
+			{
+				$after_sql = undef if $text =~ /\S/;
+				next;
+			}
 			$fenced = 1;
-			$block = $1 eq 'sql' ? { line => $number + 1, lines => [] } : undef;
+			$block = undef;
+			if ($1 eq 'sql')
+			{
+				$block = { line => $number + 1, lines => [] };
+			}
+			elsif ($1 eq 'text' && $after_sql)
+			{
+				$block = { line => $number + 1, lines => [], output_of => $after_sql };
+			}
+			elsif ($1 eq 'text')
+			{
+				push @$errors, "$path, line $number: a ```text block that does not follow "
+				  . "a ```sql block (only blank lines may be between them)";
+			}
+			$after_sql = undef;
 			next;
 		}
 		if ($text =~ /^```\s*$/)
 		{
-			push @blocks, $block if $block;
+			if ($block && $block->{output_of})
+			{
+				$block->{output_of}{output} = $block;
+				delete $block->{output_of};
+			}
+			elsif ($block)
+			{
+				push @blocks, $block;
+				$after_sql = $block;
+			}
 			$fenced = 0;
 			$block  = undef;
 			next;
@@ -261,6 +305,47 @@ sub expectation
 	return { sqlstate => $sqlstate, message => $said };
 }
 
+# mask(TEXT): TEXT with every uuid and every timestamp replaced by a
+# placeholder, so that generated ids and clock times compare equal.
+sub mask
+{
+	my ($t) = @_;
+	$t =~ s/\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b/<uuid>/gi;
+	$t =~ s/\b\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d(?::\d\d)?|Z)?/<timestamp>/g;
+	return $t;
+}
+
+# output_rows(TEXT): psql's aligned output as lines of trimmed, masked
+# cells joined by " | "; blank lines and the separator line left out.
+sub output_rows
+{
+	my @rows;
+	for my $line (split /\n/, $_[0])
+	{
+		next if $line =~ /^\s*$/ || $line =~ /^[-+]+$/;
+		push @rows, join(' | ', map { mask(s/^\s+|\s+$//gr) } split(/\|/, $line, -1));
+	}
+	return @rows;
+}
+
+# output_differs(DOCUMENTED, ACTUAL): undef when psql's ACTUAL output is the
+# DOCUMENTED one, row by row ("…" in the documented text stands for any
+# text); else what differs first.
+sub output_differs
+{
+	my @want = output_rows($_[0]);
+	my @got  = output_rows($_[1]);
+	for my $i (0 .. ($#want > $#got ? $#want : $#got))
+	{
+		my ($w, $g) = ($want[$i], $got[$i]);
+		return "line " . ($i + 1) . " is missing: \"$w\"" unless defined $g;
+		return "an extra line " . ($i + 1) . ": \"$g\"" unless defined $w;
+		my $re = join('.*', map { quotemeta } split /…/, $w, -1);
+		return "line " . ($i + 1) . ": \"$g\", not \"$w\"" unless $g =~ /^$re$/;
+	}
+	return undef;
+}
+
 # ---------------------------------------------------------------------------
 # Running them
 # ---------------------------------------------------------------------------
@@ -272,8 +357,21 @@ sub run_doc
 	my ($file, $extension) = @_;
 	my (@errors, @items);
 
-	my @blocks = doc_blocks("$src/$file");
-	push @items, statements($file, $_, \@errors) for @blocks;
+	my @blocks = doc_blocks("$src/$file", \@errors);
+	for my $block (@blocks)
+	{
+		my @these = statements($file, $block, \@errors);
+		if ($block->{output})
+		{
+			# the documented output is that of the block's last statement
+			my ($last) = grep { defined $_->{line} } reverse @these;
+			push @errors, "$file, block at line $block->{line}: a ```text block follows it, "
+			  . "but it has no statement"
+			  unless $last;
+			$last->{output} = $block->{output} if $last;
+		}
+		push @items, @these;
+	}
 	my @stmts = grep { defined $_->{line} } @items;
 	ok(@blocks > 0 && @stmts > 0,
 		"$file: " . scalar(@blocks) . " sql blocks, " . scalar(@stmts) . " statements");
@@ -289,6 +387,8 @@ sub run_doc
 	for my $k (0 .. $#items)
 	{
 		my $item = $items[$k];
+		push @script, '\pset format aligned', '\pset tuples_only off', "\\echo \@\@\@< $k"
+		  if $item->{output};
 		for my $l (@{ $item->{lines} })
 		{
 			push @script, $l->[1];
@@ -297,6 +397,8 @@ sub run_doc
 		next unless defined $item->{line};
 		push @script, "\\echo \@\@\@ $k :ERROR :SQLSTATE :LAST_ERROR_MESSAGE";
 		$at_line{ scalar @script } = $item;
+		push @script, "\\echo \@\@\@> $k", '\pset format unaligned', '\pset tuples_only on'
+		  if $item->{output};
 	}
 
 	(my $name = $file) =~ s{\.md$}{};
@@ -310,16 +412,18 @@ sub run_doc
 		on_error_stop => 0,
 		timeout       => $PostgreSQL::Test::Utils::timeout_default);
 
-	# into the test's log, for whoever reads a failure
-	print "---- $file: what psql printed\n$out\n---- and on stderr\n$err\n";
+	# into the test's log, for whoever reads a failure (as TAP comments, so
+	# that no line of it can pass for a TAP line)
+	note("---- $file: what psql printed\n$out\n---- and on stderr\n$err");
 
-	# what psql said of each statement
-	my %result;
+	# what psql said of each statement, and printed for those with an output
+	my (%result, %printed);
 	for (split /\n/, $out)
 	{
 		$result{$1} = { failed => $2 eq 'true', sqlstate => $3, message => $4 }
 		  if /^\@\@\@ (\d+) (true|false) (\S+) ?(.*)$/;
 	}
+	$printed{$1} = $2 while $out =~ /^\@\@\@< (\d+)\n(.*?)^\@\@\@ \1 [^\n]*\n\@\@\@> \1$/msg;
 	my $last;
 	for (split /\n/, $err)
 	{
@@ -371,9 +475,23 @@ sub run_doc
 				}
 			}
 		}
-		ok(!@why, "$s->{file}:$s->{line}: $short" . ($want ? ' (fails as its comment says)' : ''))
+		my ($documented, $differs);
+		if ($s->{output} && $r && !$r->{failed})
+		{
+			$documented = join("\n", map { $_->[1] } @{ $s->{output}{lines} });
+			$differs = output_differs($documented, $printed{$k} // '');
+			push @why, "its output is not the one of the ```text block at line "
+			  . "$s->{output}{line}: $differs"
+			  if defined $differs;
+		}
+		ok(!@why, "$s->{file}:$s->{line}: $short"
+			  . ($want ? ' (fails as its comment says)' : '')
+			  . ($s->{output} ? ' (output as documented)' : ''))
 		  or diag("$where:\n$text\n-- " . join("; ", @why)
-			  . ($said ne '' ? "\n-- psql said:\n$said" : ''));
+			  . ($said ne '' ? "\n-- psql said:\n$said" : '')
+			  . (defined $differs
+				? "\n-- documented output:\n$documented\n-- psql printed:\n" . ($printed{$k} // '')
+				: ''));
 	}
 	$node->stop('fast');
 	return;

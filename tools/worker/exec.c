@@ -434,8 +434,10 @@ exec_report_failure(Job *job, int status)
  *		Collect the last output of a reaped child and report its outcome.
  *		Precedence: lost lease (say nothing), cancellation (ack it), killed
  *		at shutdown (release), then the exit status.  A report that does not
- *		land counts as lost: the server will sweep the lease.  Refresh tasks
- *		are answered by refresh_finish().
+ *		land counts as lost: the server will sweep the lease.  A failure
+ *		ends the job only on its last attempt; before that it counts as a
+ *		retried attempt, not a job.  Refresh tasks are answered by
+ *		refresh_finish().
  */
 static void
 exec_finish_job(Job *job, int status)
@@ -474,10 +476,17 @@ exec_finish_job(Job *job, int status)
 	else
 	{
 		qs = exec_report_failure(job, status);
-		counter = &stats.failed;
+		counter = job->is_last_attempt ? &stats.failed : &stats.retried;
 	}
 	if (qs == QS_OK)
+	{
 		(*counter)++;
+		/* a job ended (not a release, a retry or a refresh) by a retry */
+		if ((counter == &stats.succeeded || counter == &stats.failed ||
+			 counter == &stats.cancelled) &&
+			job->relative_attempt != NULL && atoi(job->relative_attempt) > 1)
+			stats.after_retries++;
+	}
 	else
 		stats.lost++;
 	log_msg(LOG_VERBOSE, "job %s finished (status 0x%x)%s",

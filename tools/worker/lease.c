@@ -27,24 +27,34 @@ bool		notified;
 int64_t		next_poll_at;
 static bool ever_leased;		/* a lease has worked since startup */
 
+/* Whether row of a SQL_LEASE result is a retry (relative_attempt > 1). */
+#define ROW_IS_RETRY(res, row) \
+	(!PQgetisnull((res), (row), COL_REL_ATTEMPT) && \
+	 atoi(PQgetvalue((res), (row), COL_REL_ATTEMPT)) > 1)
+
 /*
  * lease_complete_noop_batch
  *		Complete the first n leased tasks of a no-op batch, refresh tasks
  *		left out, in one round trip with silo.complete_many, which skips
- *		tasks whose lease was lost (counted as lost).  If the call fails
- *		(an extension older than 1.2), complete them one at a time.
+ *		tasks whose lease was lost (counted as lost).  The retries among
+ *		them are passed too, so that the jobs they end count as ended after
+ *		retries.  If the call fails (an extension older than 1.2), complete
+ *		them one at a time.
  */
 static void
 lease_complete_noop_batch(PGresult *res, int n)
 {
 	int			i,
-				njob = 0;
-	StrBuf		ids = {0};
-	const char *params[2];
+				njob = 0,
+				nretry = 0;
+	StrBuf		ids = {0},
+				retries = {0};
+	const char *params[3];
 	QueryStatus qs;
 	PGresult   *done = NULL;
 
 	sb_puts(&ids, "{");
+	sb_puts(&retries, "{");
 	for (i = 0; i < n; i++)
 	{
 		if (ROW_IS_REFRESH(res, i))
@@ -52,21 +62,32 @@ lease_complete_noop_batch(PGresult *res, int n)
 		if (njob++ > 0)
 			sb_puts(&ids, ",");
 		sb_puts(&ids, PQgetvalue(res, i, COL_TASK_ID));
+		if (ROW_IS_RETRY(res, i))
+		{
+			if (nretry++ > 0)
+				sb_puts(&retries, ",");
+			sb_puts(&retries, PQgetvalue(res, i, COL_TASK_ID));
+		}
 	}
 	sb_puts(&ids, "}");
+	sb_puts(&retries, "}");
 	if (njob == 0)
 	{
 		sb_free(&ids);
+		sb_free(&retries);
 		return;
 	}
 	params[0] = opt.worker_id;
 	params[1] = ids.data;
-	qs = db_query("complete batch", SQL_COMPLETE_MANY, 2, params, &done);
+	params[2] = retries.data;
+	qs = db_query("complete batch", SQL_COMPLETE_MANY, 3, params, &done);
 	sb_free(&ids);
+	sb_free(&retries);
 	if (qs == QS_OK)
 	{
 		int			completed = atoi(PQgetvalue(done, 0, 0));
 
+		stats.after_retries += atoi(PQgetvalue(done, 0, 1));
 		PQclear(done);
 		stats.succeeded += completed;
 		stats.lost += njob - completed;
@@ -78,7 +99,11 @@ lease_complete_noop_batch(PGresult *res, int n)
 			continue;
 		if (db_task_call("complete", SQL_COMPLETE, 3,
 						 PQgetvalue(res, i, COL_TASK_ID), NULL, NULL) == QS_OK)
+		{
 			stats.succeeded++;
+			if (ROW_IS_RETRY(res, i))
+				stats.after_retries++;
+		}
 		else
 			stats.lost++;
 	}
@@ -106,8 +131,8 @@ lease_tasks(int64_t now)
 
 	if (want > opt.concurrency - njobs)
 		want = opt.concurrency - njobs;
-	if (opt.max_jobs > 0 && want > opt.max_jobs - FINISHED() - njobs)
-		want = opt.max_jobs - FINISHED() - njobs;
+	if (opt.max_jobs > 0 && want > opt.max_jobs - TASKS_DONE() - njobs)
+		want = opt.max_jobs - TASKS_DONE() - njobs;
 	if (want <= 0)
 		return 0;
 	snprintf(want_s, sizeof(want_s), "%ld", want);

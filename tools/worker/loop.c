@@ -109,16 +109,19 @@ loop_setup_signals(void)
 /*
  * loop_print_progress
  *		The --progress line: totals plus the rate since the previous line.
+ *		It counts jobs ended, not attempts: a failed attempt with a retry to
+ *		come is shown apart.
  */
 static void
 loop_print_progress(int64_t now, int64_t *last_time, long *last_finished)
 {
-	long		finished = FINISHED();
+	long		finished = JOBS_ENDED();
 	double		secs = (now - *last_time) / 1000.0;
 
-	fprintf(stderr, "silo-worker: %ld finished (%ld succeeded, %ld failed), "
+	fprintf(stderr, "silo-worker: %ld jobs finished (%ld succeeded, "
+			"%ld failed, %ld cancelled), %ld attempts to retry, "
 			"%d in flight, %.1f jobs/s\n", finished, stats.succeeded,
-			stats.failed, njobs,
+			stats.failed, stats.cancelled, stats.retried, njobs,
 			secs > 0 ? (finished - *last_finished) / secs : 0.0);
 	*last_time = now;
 	*last_finished = finished;
@@ -127,13 +130,13 @@ loop_print_progress(int64_t now, int64_t *last_time, long *last_finished)
 /*
  * loop_may_lease
  *		True when leasing is allowed at all: connected, not shutting down,
- *		a free slot, and --max-jobs not yet covered by finished + running.
+ *		a free slot, and --max-jobs not yet covered by reported + running.
  */
 static bool
 loop_may_lease(bool stopping)
 {
 	return conn != NULL && !stopping && njobs < opt.concurrency &&
-		(opt.max_jobs == 0 || FINISHED() + njobs < opt.max_jobs);
+		(opt.max_jobs == 0 || TASKS_DONE() + njobs < opt.max_jobs);
 }
 
 /*
@@ -243,13 +246,13 @@ loop_run(int64_t start)
 		int64_t		now,
 					wake;
 		int			i;
-		long		done_before = FINISHED() + REFRESHES() + stats.lost;
+		long		done_before = TASKS_DONE() + REFRESHES() + stats.lost;
 
 		while (read(wake_pipe[0], drain, sizeof(drain)) > 0)
 			;
 		exec_reap_children();
 		now = now_ms();
-		if (FINISHED() + REFRESHES() + stats.lost != done_before)
+		if (TASKS_DONE() + REFRESHES() + stats.lost != done_before)
 			last_busy = now;
 
 		/* shutdown: stop leasing, wait out the grace period, then kill */
@@ -278,7 +281,7 @@ loop_run(int64_t start)
 			last_busy = now;
 		else if (stopping)
 			break;
-		else if (opt.max_jobs > 0 && FINISHED() >= opt.max_jobs)
+		else if (opt.max_jobs > 0 && TASKS_DONE() >= opt.max_jobs)
 			break;
 		else if (opt.exit_when_idle_ms > 0 &&
 				 now - last_busy >= opt.exit_when_idle_ms)

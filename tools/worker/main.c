@@ -64,7 +64,8 @@ opt_usage(void)
 		   "      --refresh-timeout-ms MS\n"
 		   "                           kill a refresh command after MS ms and fail the\n"
 		   "                           refresh, 100..86400000 (default 30000)\n"
-		   "      --max-jobs N         exit after N jobs finished (0 = unlimited)\n"
+		   "      --max-jobs N         exit after N tasks reported: jobs ended, failed\n"
+		   "                           attempts to be retried, releases (0 = unlimited)\n"
 		   "      --exit-when-idle MS  exit after MS ms without work (0 = never)\n"
 		   "      --progress           print a progress line to stderr every second\n"
 		   "  -q, --quiet              only print warnings and errors\n"
@@ -286,9 +287,14 @@ main(int argc, char **argv)
 		log_msg(LOG_INFO, "%ld task(s) abandoned after losing their lease",
 				stats.lost);
 	printf("silo-worker: finished %ld jobs (%ld succeeded, %ld failed, "
-		   "%ld cancelled, %ld released) in %.2f s, %.1f jobs/s\n",
-		   FINISHED(), stats.succeeded, stats.failed, stats.cancelled,
-		   stats.released, secs, secs > 0 ? FINISHED() / secs : 0.0);
+		   "%ld cancelled; %ld of them after retries) in %.2f s, "
+		   "%.1f jobs/s\n",
+		   JOBS_ENDED(), stats.succeeded, stats.failed, stats.cancelled,
+		   stats.after_retries, secs, secs > 0 ? JOBS_ENDED() / secs : 0.0);
+	if (stats.retried > 0 || stats.released > 0)
+		printf("silo-worker: also %ld failed attempt(s) to be retried and "
+			   "%ld task(s) released unfinished\n",
+			   stats.retried, stats.released);
 	if (REFRESHES() > 0)
 		printf("silo-worker: answered %ld refresh task(s) (%ld reported, "
 			   "%ld failed)\n", REFRESHES(), stats.refreshed,

@@ -81,8 +81,10 @@
 	"SELECT t::text, silo.heartbeat(t, $1::text, $3::int) " \
 	"FROM unnest($2::uuid[]) AS t"
 #define SQL_COMPLETE "SELECT silo.complete($1::uuid, $2::text, $3::jsonb)"
+/* $3: the batch's retries (relative_attempt > 1), counted apart */
 #define SQL_COMPLETE_MANY \
-	"SELECT count(*) FROM silo.complete_many($2::uuid[], $1::text)"
+	"SELECT count(*), count(*) FILTER (WHERE t = ANY ($3::uuid[])) " \
+	"FROM silo.complete_many($2::uuid[], $1::text) AS t"
 #define SQL_FAIL "SELECT silo.fail($1::uuid, $2::text, $3::text, $4::jsonb)"
 #define SQL_ACK_CANCEL "SELECT silo.ack_cancel($1::uuid, $2::text)"
 #define SQL_RELEASE "SELECT silo.release($1::uuid, $2::text)"
@@ -183,21 +185,35 @@ typedef struct WorkerOptions
 	bool		verbose;
 } WorkerOptions;
 
-/* Outcome counters for --progress and the summary line. */
+/*
+ * Outcome counters for --progress and the summary line.  succeeded, failed
+ * and cancelled count jobs this worker ended; an attempt that failed with a
+ * retry to come (is_last_attempt false) ended no job and counts in retried.
+ * The worker knows only what it was told: a job whose cancel arrived after
+ * its last heartbeat ends Cancelled on silo.fail() but counts as failed or
+ * retried here.
+ */
 typedef struct WorkerStats
 {
-	long		succeeded;
-	long		failed;
-	long		cancelled;
-	long		released;
+	long		succeeded;		/* jobs ended Succeeded */
+	long		failed;			/* jobs ended Failed: their last attempt */
+	long		cancelled;		/* jobs ended Cancelled (ack_cancel) */
+	long		after_retries;	/* ... of those, ended by a retry */
+	long		retried;		/* failed attempts with a retry to come */
+	long		released;		/* tasks handed back (release): no attempt */
 	long		lost;			/* leases lost or reports that did not land */
 	long		refreshed;		/* refresh tasks answered: report_refresh */
 	long		refresh_failed; /* ... and fail_refresh */
 } WorkerStats;
 
-/* Jobs finished; refresh tasks are not jobs (--max-jobs ignores them). */
-#define FINISHED() \
-	(stats.succeeded + stats.failed + stats.cancelled + stats.released)
+/* Jobs this worker ended. */
+#define JOBS_ENDED() (stats.succeeded + stats.failed + stats.cancelled)
+
+/*
+ * Job tasks reported (jobs ended, retried attempts, releases): what
+ * --max-jobs counts; refresh tasks are not jobs (--max-jobs ignores them).
+ */
+#define TASKS_DONE() (JOBS_ENDED() + stats.retried + stats.released)
 #define REFRESHES() (stats.refreshed + stats.refresh_failed)
 
 /* main.c */
