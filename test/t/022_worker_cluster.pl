@@ -8,8 +8,9 @@
 #  2. while it runs, node 3 joins: the shards placement gives it move to it
 #     with their rows (and running leases), and more jobs are enqueued
 #     through a client that follows SL020 and retries SL021; the worker
-#     starts leasing from node 3 and its reports of leases whose shard
-#     moved follow NOT_OWNER to the new owner (seen in its log);
+#     starts leasing from node 3, and the heartbeats (every second) and
+#     reports of leases whose shard moved follow NOT_OWNER to the new owner
+#     (seen in its log);
 #  3. at the end every job is on exactly one node, the one serving its
 #     shard, Succeeded with exactly one attempt, and the worker counted
 #     exactly as many successes as there are jobs: none lost, none run or
@@ -222,7 +223,7 @@ is(scalar(keys %expected), 160, 'all 160 first jobs enqueued on their owners');
 my $w = start_process(
 	[
 		$worker, '--dsn', $n1->connstr('postgres'), '--worker-id', 'w22',
-		'--task-group', 'wc', '--concurrency', '8', '--poll-ms', '500',
+		'--task-group', 'wc', '--concurrency', '8', '--poll-ms', '500', '--lease-ms', '3000',
 		'--exec', 'read -r p; case "$p" in *slow*) sleep 1 ;; *) sleep 0.2 ;; esac'
 	],
 	stderr => $worker_err);

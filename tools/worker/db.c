@@ -38,8 +38,9 @@ char	   *last_detail;		/* its DETAIL, or NULL */
  *		Open a connection to m.  The seed uses the --dsn, expanded last so it
  *		can override our defaults (an empty DSN means the PG* environment).
  *		Another member gets the --dsn's settings with its advertised
- *		conninfo's settings on top, and a connect timeout unless either set
- *		one.
+ *		conninfo's settings on top (its host, hostaddr and port only from
+ *		there, so that none of --dsn's can point elsewhere), and a connect
+ *		timeout unless either sets one.
  */
 static PGconn *
 db_open(Member *m)
@@ -83,7 +84,10 @@ db_open(Member *m)
 	for (o = dsn, a = adv; o->keyword != NULL && n < 62; o++, a++)
 	{
 		/* both lists hold every keyword libpq knows, in the same order */
-		const char *v = (a->val != NULL && a->val[0] != '\0') ? a->val : o->val;
+		bool		where = strcmp(o->keyword, "host") == 0 ||
+			strcmp(o->keyword, "hostaddr") == 0 || strcmp(o->keyword, "port") == 0;
+		const char *v = (a->val != NULL && a->val[0] != '\0') ? a->val :
+			where ? NULL : o->val;
 
 		if (v == NULL || strcmp(o->keyword, "client_encoding") == 0)
 			continue;

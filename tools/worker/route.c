@@ -13,9 +13,11 @@
  * its report go there directly.  SL021 (the shard is paused for a move, or
  * being acquired) and an SL020 without an owner (between the release and
  * the acquisition) are retried after 100 ms, doubling up to 1 s, while the
- * caller's deadline allows: for a report, its lease's end (the loop waits
- * meanwhile; a move's pause lasts well under a second for small shards).
- * A heartbeat passes no deadline and is simply sent again soon.
+ * caller's deadline allows: for a report, its lease's end.  The loop waits
+ * meanwhile (a move's pause lasts well under a second for small shards),
+ * except for the heartbeats that fall due, which are sent from the wait.
+ * A heartbeat passes no deadline and is simply sent again soon, so the
+ * wait never nests.
  *
  * tools/worker/route.c
  *
@@ -31,20 +33,31 @@
 #define RETRY_FIRST_MS		100
 #define RETRY_MAX_MS		1000
 #define LEASE_MARGIN_MS		200	/* give up this long before the lease ends */
+#define SLEEP_STEP_MS		50	/* heartbeats are checked this often */
 
 /*
  * route_sleep
- *		Wait ms milliseconds (a retry's delay).  Signals cut it short, which
- *		only makes the retry early.
+ *		Wait ms milliseconds (a retry's delay), sending the heartbeats that
+ *		fall due meanwhile, so that the other jobs' leases do not run out
+ *		while one report waits for its shard.  Signals cut a step short,
+ *		which only makes the retry early.
  */
 static void
 route_sleep(int ms)
 {
-	struct timespec ts;
+	int64_t		end = now_ms() + ms,
+				now;
 
-	ts.tv_sec = ms / 1000;
-	ts.tv_nsec = (long) (ms % 1000) * 1000000L;
-	(void) nanosleep(&ts, NULL);
+	while ((now = now_ms()) < end)
+	{
+		int64_t		step = end - now < SLEEP_STEP_MS ? end - now : SLEEP_STEP_MS;
+		struct timespec ts;
+
+		ts.tv_sec = 0;
+		ts.tv_nsec = (long) step * 1000000L;
+		(void) nanosleep(&ts, NULL);
+		lease_heartbeat_jobs(now_ms());
+	}
 }
 
 /*
