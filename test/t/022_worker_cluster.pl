@@ -14,7 +14,9 @@
 #  3. at the end every job is on exactly one node, the one serving its
 #     shard, Succeeded with exactly one attempt, and the worker counted
 #     exactly as many successes as there are jobs: none lost, none run or
-#     completed twice.
+#     completed twice;
+#  4. without --exec, a worker given node 2 completes jobs of all three
+#     nodes in batches (silo.complete_many on each).
 #
 # Every process is started and stopped by pid (SiloEtcd.pm, SiloTest.pm).
 
@@ -323,6 +325,37 @@ is($w->{status}, 0, '... with exit status 0');
 like($w->{out}, qr/finished $total jobs \($total succeeded, 0 failed, 0 cancelled, 0 released\)/,
 	"... having completed each of the $total jobs once");
 unlike(worker_log(), qr/abandoned/, '... and abandoned no task');
+
+# ---------------------------------------------------------------------------
+# 4. no-op mode (batches completed with silo.complete_many per node), given
+#    node 2
+# ---------------------------------------------------------------------------
+my $noop_total = 0;
+for my $n (@nodes)
+{
+	$noop_total += $n->safe_psql('postgres', q{
+SELECT count(*)
+  FROM (SELECT 'u' || n AS tenant, n FROM generate_series(1, 150) n
+		 WHERE silo.shard_for_tenant('u' || n) = ANY ((SELECT serving_shards FROM silo.node_info)::int[])
+		OFFSET 0) x,
+	   LATERAL silo.enqueue('wn', '{}', tenant => x.tenant, id => 'n' || x.n) AS e(id)});
+}
+is($noop_total, 150, 'no-op: 150 jobs enqueued on their owners among the three nodes');
+my $wn = start_process(
+	[
+		$worker, '--dsn', $n2->connstr('postgres'), '--worker-id', 'w22n',
+		'--task-group', 'wn', '--batch', '16', '--concurrency', '16', '--max-jobs', '150'
+	]);
+ok(wait_process_exit($wn, 60), 'no-op: the worker given node 2 exits after --max-jobs 150');
+stop_process($wn);
+like($wn->{out}, qr/finished 150 jobs \(150 succeeded, 0 failed/, '... having completed 150 jobs');
+is( join('+', map { $_->safe_psql('postgres', q{
+SELECT count(*) FROM silo.jobs WHERE task_group = 'wn' AND status = 'Succeeded'
+   AND silo.shard_for_tenant(tenant) = ANY ((SELECT serving_shards FROM silo.node_info)::int[])}) } @nodes),
+	join('+', map { $_->safe_psql('postgres', q{
+SELECT count(*) FROM silo.jobs WHERE task_group = 'wn'
+   AND silo.shard_for_tenant(tenant) = ANY ((SELECT serving_shards FROM silo.node_info)::int[])}) } @nodes),
+	'... all of them Succeeded, on every node');
 
 $_->stop for @nodes;
 etcd_stop($etcd);
