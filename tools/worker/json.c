@@ -444,7 +444,8 @@ static void
 json_append_utf8(StrBuf *sb, unsigned int cp)
 {
 	char		u[4];
-	size_t		n;
+	size_t		n,
+				i;
 
 	if (cp < 0x80)
 	{
@@ -466,7 +467,7 @@ json_append_utf8(StrBuf *sb, unsigned int cp)
 		u[0] = (char) (0xF0 | (cp >> 18));
 		n = 4;
 	}
-	for (size_t i = 1; i < n; i++)
+	for (i = 1; i < n; i++)
 		u[i] = (char) (0x80 | ((cp >> (6 * (n - 1 - i))) & 0x3F));
 	sb_append(sb, u, n);
 }
