@@ -40,6 +40,8 @@ int			njobs;
 void
 exec_signal_job(Job *job, int signo)
 {
+	if (job->pid <= 0)
+		return;					/* reaped already: the pid may be reused */
 	if (kill(-job->pid, signo) != 0)
 		(void) kill(job->pid, signo);
 }
@@ -234,7 +236,7 @@ exec_read(Job *job, bool is_stderr)
  *		than the job's; a refresh cannot be released, so it is failed.
  */
 void
-exec_spawn_job(PGresult *res, int row, int64_t now)
+exec_spawn_job(Member *m, PGresult *res, int row, int64_t now)
 {
 	Job		   *job = calloc(1, sizeof(Job));
 	int			in[2] = {-1, -1},
@@ -247,6 +249,8 @@ exec_spawn_job(PGresult *res, int row, int64_t now)
 		log_msg(LOG_ERROR, "out of memory");
 		exit(1);
 	}
+	job->member = m;
+	job->lease_until = now + opt.lease_ms;
 	job->task_id = xstrdup(PQgetvalue(res, row, COL_TASK_ID));
 #define COLUMN(col) (PQgetisnull(res, row, col) ? NULL : PQgetvalue(res, row, col))
 	job->kind = xstrdup(COLUMN(COL_KIND));
@@ -297,14 +301,14 @@ exec_spawn_job(PGresult *res, int row, int64_t now)
 		}
 		if (job->is_refresh)
 			refresh_spawn_failed(job, strerror(save_errno));
-		else if (db_task_call("release", SQL_RELEASE, 2, job->task_id,
-							  NULL, NULL) == QS_OK)
+		else if (route_job_call(job, "release", SQL_RELEASE, 2,
+								NULL, NULL) == QS_OK)
 			stats.released++;
 		else
 			stats.lost++;
 		exec_free_job(job);
-		lease_wanted = false;	/* back off: fork or pipe limits are hit */
-		next_poll_at = now + (opt.poll_ms > 1000 ? opt.poll_ms : 1000);
+		m->lease_wanted = false;	/* back off: fork or pipe limits are hit */
+		m->next_poll_at = now + (opt.poll_ms > 1000 ? opt.poll_ms : 1000);
 		return;
 	}
 	if (job->pid == 0)
@@ -377,12 +381,12 @@ exec_report_success(Job *job)
 		json_append_string(&wrapped, text, len);
 		result = wrapped.data;
 	}
-	qs = db_task_call("complete", SQL_COMPLETE, 3, job->task_id, result, NULL);
+	qs = route_job_call(job, "complete", SQL_COMPLETE, 3, result, NULL);
 	if (qs == QS_ERROR && raw && strncmp(last_sqlstate, "22", 2) == 0)
 	{
 		json_append_string(&wrapped, text, len);
-		qs = db_task_call("complete", SQL_COMPLETE, 3, job->task_id,
-						  wrapped.data, NULL);
+		qs = route_job_call(job, "complete", SQL_COMPLETE, 3, wrapped.data,
+							NULL);
 	}
 	sb_free(&wrapped);
 	return qs;
@@ -424,7 +428,7 @@ exec_report_failure(Job *job, int status)
 	sb_puts(&data, ",\"stderr\":");
 	json_append_string(&data, tail, tail_len);
 	sb_puts(&data, "}");
-	qs = db_task_call("fail", SQL_FAIL, 4, job->task_id, code, data.data);
+	qs = route_job_call(job, "fail", SQL_FAIL, 4, code, data.data);
 	sb_free(&data);
 	return qs;
 }
@@ -459,13 +463,12 @@ exec_finish_job(Job *job, int status)
 		qs = refresh_finish(job, status, &counter);
 	else if (job->cancelled)
 	{
-		qs = db_task_call("ack_cancel", SQL_ACK_CANCEL, 2, job->task_id,
-						  NULL, NULL);
+		qs = route_job_call(job, "ack_cancel", SQL_ACK_CANCEL, 2, NULL, NULL);
 		counter = &stats.cancelled;
 	}
 	else if (job->shutdown_kill && WIFSIGNALED(status))
 	{
-		qs = db_task_call("release", SQL_RELEASE, 2, job->task_id, NULL, NULL);
+		qs = route_job_call(job, "release", SQL_RELEASE, 2, NULL, NULL);
 		counter = &stats.released;
 	}
 	else if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
@@ -518,6 +521,7 @@ exec_reap_children(void)
 			{
 				Job		   *job = jobs[i];
 
+				job->pid = 0;	/* reaped: never signal that pid again */
 				exec_finish_job(job, status);
 				exec_free_job(job);
 				jobs[i] = NULL;

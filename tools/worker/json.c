@@ -23,6 +23,7 @@
 #include "silo_worker.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define JSON_MAX_DEPTH		512 /* deeper output is treated as plain text */
@@ -435,6 +436,177 @@ json_is_valid(const char *text, size_t len)
 	return c.p == c.end;
 }
 
+/*
+ * json_append_utf8
+ *		Append code point cp (below U+110000, no surrogate) as UTF-8.
+ */
+static void
+json_append_utf8(StrBuf *sb, unsigned int cp)
+{
+	char		u[4];
+	size_t		n,
+				i;
+
+	if (cp < 0x80)
+	{
+		u[0] = (char) cp;
+		n = 1;
+	}
+	else if (cp < 0x800)
+	{
+		u[0] = (char) (0xC0 | (cp >> 6));
+		n = 2;
+	}
+	else if (cp < 0x10000)
+	{
+		u[0] = (char) (0xE0 | (cp >> 12));
+		n = 3;
+	}
+	else
+	{
+		u[0] = (char) (0xF0 | (cp >> 18));
+		n = 4;
+	}
+	for (i = 1; i < n; i++)
+		u[i] = (char) (0x80 | ((cp >> (6 * (n - 1 - i))) & 0x3F));
+	sb_append(sb, u, n);
+}
+
+/*
+ * json_decode_string
+ *		The text of a string token already checked by json_string (from its
+ *		opening quote to just past its closing one), unescaped, as UTF-8.
+ */
+static char *
+json_decode_string(const unsigned char *p, const unsigned char *end)
+{
+	StrBuf		sb = {0};
+	JsonCursor	c;
+
+	sb_puts(&sb, "");
+	for (p++, end--; p < end; p++)
+	{
+		unsigned int cp,
+					lo;
+
+		if (*p != '\\')
+		{
+			sb_append(&sb, (const char *) p, 1);
+			continue;
+		}
+		p++;
+		switch (*p)
+		{
+			case 'b':
+				sb_puts(&sb, "\b");
+				continue;
+			case 'f':
+				sb_puts(&sb, "\f");
+				continue;
+			case 'n':
+				sb_puts(&sb, "\n");
+				continue;
+			case 'r':
+				sb_puts(&sb, "\r");
+				continue;
+			case 't':
+				sb_puts(&sb, "\t");
+				continue;
+			case 'u':
+				break;
+			default:			/* \" \\ \/ */
+				sb_append(&sb, (const char *) p, 1);
+				continue;
+		}
+		c.p = p + 1;
+		c.end = end;
+		(void) json_hex4(&c, &cp);
+		if (cp >= 0xD800 && cp <= 0xDBFF)
+		{
+			c.p += 2;
+			(void) json_hex4(&c, &lo);
+			cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+		}
+		p = c.p - 1;
+		json_append_utf8(&sb, cp);
+	}
+	return sb.data;
+}
+
+/*
+ * json_flat_get
+ *		Read member key of the JSON object text, such as the owner hint in
+ *		the DETAIL of an SL020: a string's value unescaped, null as NULL,
+ *		any other value as its JSON text, into *value (the caller frees
+ *		it).  False when text is not one valid object or lacks the key.
+ */
+bool
+json_flat_get(const char *text, const char *key, char **value)
+{
+	JsonCursor	c;
+	bool		found = false;
+
+	*value = NULL;
+	c.p = (const unsigned char *) text;
+	c.end = c.p + strlen(text);
+	c.depth = 0;
+	json_ws(&c);
+	if (c.p >= c.end || *c.p++ != '{')
+		return false;
+	json_ws(&c);
+	if (c.p < c.end && *c.p == '}')
+		return false;
+	for (;;)
+	{
+		const unsigned char *k = c.p,
+				   *v;
+		char	   *name;
+		bool		match;
+
+		if (c.p >= c.end || *c.p != '"' || !json_string(&c))
+			break;
+		name = json_decode_string(k, c.p);
+		match = strcmp(name, key) == 0 && !found;
+		free(name);
+		json_ws(&c);
+		if (c.p >= c.end || *c.p++ != ':')
+			break;
+		json_ws(&c);
+		v = c.p;
+		if (!json_value(&c))
+			break;
+		if (match && *v == '"')
+			*value = json_decode_string(v, c.p);
+		else if (match && *v != 'n')
+		{
+			StrBuf		sb = {0};
+
+			sb_append(&sb, (const char *) v, (size_t) (c.p - v));
+			*value = sb.data;
+		}
+		found = found || match;
+		json_ws(&c);
+		if (c.p < c.end && *c.p == ',')
+		{
+			c.p++;
+			json_ws(&c);
+			continue;
+		}
+		json_ws(&c);
+		if (c.p < c.end && *c.p == '}')
+		{
+			c.p++;
+			json_ws(&c);
+			if (c.p == c.end && found)
+				return true;
+		}
+		break;
+	}
+	free(*value);
+	*value = NULL;
+	return false;
+}
+
 #ifdef SILO_WORKER_SELFTEST
 /*
  * main (self-test)
@@ -484,6 +656,33 @@ main(void)
 		bad++;
 	}
 	sb_free(&sb);
+	{
+		const char *hint = "{\"shard\": 3, \"owner_node_id\": \"b\\u00e9\", "
+			"\"owner_conninfo\": \"host=x dbname='a\\\"b'\"}";
+		char	   *v = NULL,
+				   *w = NULL,
+				   *x = NULL;
+
+		if (!json_flat_get(hint, "owner_node_id", &v) || strcmp(v, "b\xc3\xa9") != 0 ||
+			!json_flat_get(hint, "owner_conninfo", &w) ||
+			strcmp(w, "host=x dbname='a\"b'") != 0 ||
+			!json_flat_get(hint, "shard", &x) || strcmp(x, "3") != 0)
+		{
+			printf("FAIL: json_flat_get gave %s, %s, %s\n", v, w, x);
+			bad++;
+		}
+		free(v);
+		free(w);
+		free(x);
+		if (!json_flat_get("{\"owner_node_id\": null}", "owner_node_id", &v) ||
+			v != NULL || json_flat_get("{\"a\": 1}", "owner_node_id", &v) ||
+			json_flat_get("not json", "a", &v) ||
+			json_flat_get("{\"a\": 1,}", "a", &v))
+		{
+			printf("FAIL: json_flat_get on null, absent or bad input\n");
+			bad++;
+		}
+	}
 	printf("%s\n", bad ? "self-test FAILED" : "self-test ok");
 	return bad ? 1 : 0;
 }

@@ -4,10 +4,13 @@
  *	  Signals, the worker's event loop, and shutdown.
  *
  * Everything happens in one thread.  loop_run() sleeps in poll() on the
- * libpq socket (for notifications), a self-pipe written by the signal
- * handlers, and the pipes of the children, until the next deadline: a
- * heartbeat, a fallback lease, the end of the grace period, a refresh
- * command's timeout, a progress line, the idle timeout or a reconnect.
+ * libpq socket of every member (for notifications), a self-pipe written
+ * by the signal handlers, and the pipes of the children, until the next
+ * deadline: a heartbeat, a fallback lease, the end of the grace period, a
+ * refresh command's timeout, a progress line, the idle timeout, a
+ * reconnect or (cluster mode) the next read of the shard map.  Members
+ * with work due lease in turn, starting one further each turn, so that
+ * no node's queue starves the others of free slots.
  *
  * On SIGTERM or SIGINT the loop stops leasing, lets running jobs (and
  * refresh commands) finish for up to --grace-ms, then kills what is left;
@@ -129,14 +132,67 @@ loop_print_progress(int64_t now, int64_t *last_time, long *last_finished)
 
 /*
  * loop_may_lease
- *		True when leasing is allowed at all: connected, not shutting down,
- *		a free slot, and --max-jobs not yet covered by reported + running.
+ *		True when leasing is allowed at all: connected somewhere, not
+ *		shutting down, a free slot, and --max-jobs not yet covered by
+ *		reported + running.
  */
 static bool
 loop_may_lease(bool stopping)
 {
-	return conn != NULL && !stopping && njobs < opt.concurrency &&
+	return members_any_connected() && !stopping && njobs < opt.concurrency &&
 		(opt.max_jobs == 0 || TASKS_DONE() + njobs < opt.max_jobs);
+}
+
+/*
+ * loop_member_due
+ *		Whether member m should lease now: connected, listed, and woken by
+ *		a full batch, a notification or its fallback timer.
+ */
+static bool
+loop_member_due(const Member *m, int64_t now)
+{
+	return m->conn != NULL && m->listed &&
+		(m->lease_wanted || m->notified || now >= m->next_poll_at);
+}
+
+/*
+ * loop_lease_round
+ *		Let every member that is due lease once, starting one member further
+ *		each round (round robin), while there is room.  Returns the number
+ *		of tasks leased.
+ */
+static int
+loop_lease_round(bool stopping, int64_t now)
+{
+	static int	first;
+	int			i,
+				n = 0;
+
+	for (i = 0; i < nmembers && loop_may_lease(stopping); i++)
+	{
+		Member	   *m = members[(first + i) % nmembers];
+
+		if (loop_member_due(m, now))
+			n += lease_tasks(m, now);
+	}
+	first = nmembers > 0 ? (first + 1) % nmembers : 0;
+	return n;
+}
+
+/*
+ * loop_reconnect
+ *		Try again to connect to the members we lease from whose connection
+ *		is down and whose back-off has passed.
+ */
+static void
+loop_reconnect(bool stopping, int64_t now)
+{
+	int			i;
+
+	for (i = 0; i < nmembers && !stopping; i++)
+		if (members[i]->conn == NULL && members[i]->listed &&
+			now >= members[i]->reconnect_at)
+			(void) db_connect(members[i], false);
 }
 
 /*
@@ -150,37 +206,43 @@ loop_wait_for_events(int timeout_ms)
 {
 	static struct pollfd *pfds;
 	static Job **pjob;
+	static Member **pmember;
 	static FdKind *pkind;
+	static int	cap;
 	int			nfds = 0,
 				i;
 
-	if (pfds == NULL)
+	if (cap < 1 + nmembers + 3 * opt.concurrency)
 	{
-		pfds = calloc(2 + 3 * opt.concurrency, sizeof(struct pollfd));
-		pjob = calloc(2 + 3 * opt.concurrency, sizeof(Job *));
-		pkind = calloc(2 + 3 * opt.concurrency, sizeof(FdKind));
-		if (pfds == NULL || pjob == NULL || pkind == NULL)
+		cap = 1 + nmembers + 3 * opt.concurrency;
+		pfds = realloc(pfds, cap * sizeof(struct pollfd));
+		pjob = realloc(pjob, cap * sizeof(Job *));
+		pmember = realloc(pmember, cap * sizeof(Member *));
+		pkind = realloc(pkind, cap * sizeof(FdKind));
+		if (pfds == NULL || pjob == NULL || pmember == NULL || pkind == NULL)
 		{
 			log_msg(LOG_ERROR, "out of memory");
 			exit(1);
 		}
 	}
-#define WATCH(fd_, ev_, job_, kind_) \
+#define WATCH(fd_, ev_, job_, member_, kind_) \
 	do { pfds[nfds].fd = (fd_); pfds[nfds].events = (ev_); \
-		 pfds[nfds].revents = 0; pjob[nfds] = (job_); pkind[nfds++] = (kind_); } while (0)
-	WATCH(wake_pipe[0], POLLIN, NULL, FD_WAKE);
-	if (conn != NULL && PQsocket(conn) >= 0)
-		WATCH(PQsocket(conn), POLLIN, NULL, FD_PQ);
+		 pfds[nfds].revents = 0; pjob[nfds] = (job_); \
+		 pmember[nfds] = (member_); pkind[nfds++] = (kind_); } while (0)
+	WATCH(wake_pipe[0], POLLIN, NULL, NULL, FD_WAKE);
+	for (i = 0; i < nmembers; i++)
+		if (members[i]->conn != NULL && PQsocket(members[i]->conn) >= 0)
+			WATCH(PQsocket(members[i]->conn), POLLIN, NULL, members[i], FD_PQ);
 	for (i = 0; i < opt.concurrency; i++)
 	{
 		if (jobs[i] == NULL)
 			continue;
 		if (jobs[i]->in_fd >= 0)
-			WATCH(jobs[i]->in_fd, POLLOUT, jobs[i], FD_STDIN);
+			WATCH(jobs[i]->in_fd, POLLOUT, jobs[i], NULL, FD_STDIN);
 		if (jobs[i]->out_fd >= 0)
-			WATCH(jobs[i]->out_fd, POLLIN, jobs[i], FD_STDOUT);
+			WATCH(jobs[i]->out_fd, POLLIN, jobs[i], NULL, FD_STDOUT);
 		if (jobs[i]->err_fd >= 0)
-			WATCH(jobs[i]->err_fd, POLLIN, jobs[i], FD_STDERR);
+			WATCH(jobs[i]->err_fd, POLLIN, jobs[i], NULL, FD_STDERR);
 	}
 #undef WATCH
 	if (poll(pfds, nfds, timeout_ms) < 0)
@@ -199,16 +261,18 @@ loop_wait_for_events(int timeout_ms)
 			case FD_WAKE:
 				break;			/* drained at the top of the loop */
 			case FD_PQ:
-				if (conn == NULL)
+				if (pmember[i]->conn == NULL)
 					break;
-				if (!PQconsumeInput(conn) || PQstatus(conn) == CONNECTION_BAD)
+				if (!PQconsumeInput(pmember[i]->conn) ||
+					PQstatus(pmember[i]->conn) == CONNECTION_BAD)
 				{
-					log_msg(LOG_WARNING, "%.*s", msglen(PQerrorMessage(conn)),
-							PQerrorMessage(conn));
-					db_drop_connection();
+					log_msg(LOG_WARNING, "%s: %.*s", member_name(pmember[i]),
+							msglen(PQerrorMessage(pmember[i]->conn)),
+							PQerrorMessage(pmember[i]->conn));
+					db_drop_connection(pmember[i]);
 				}
 				else
-					db_drain_notifies();
+					db_drain_notifies(pmember[i]);
 				break;
 			case FD_STDIN:
 				exec_write_stdin(pjob[i]);
@@ -290,9 +354,9 @@ loop_run(int64_t start)
 			break;
 		}
 
-		if (conn == NULL && !stopping && now >= reconnect_at &&
-			!db_connect(false))
-			reconnect_at = now + RECONNECT_DELAY_MS;
+		loop_reconnect(stopping, now);
+		if (cluster_mode && !stopping && now >= members_refresh_at)
+			members_refresh(now);
 
 		lease_heartbeat_jobs(now);
 		for (i = 0; i < opt.concurrency; i++)
@@ -316,10 +380,9 @@ loop_run(int64_t start)
 				jobs[i]->timeout_at = 0;
 			}
 
-		if (loop_may_lease(stopping) &&
-			(lease_wanted || notified || now >= next_poll_at))
+		if (loop_may_lease(stopping))
 		{
-			if (lease_tasks(now) > 0)
+			if (loop_lease_round(stopping, now) > 0)
 				last_busy = now;
 			now = now_ms();
 		}
@@ -328,11 +391,21 @@ loop_run(int64_t start)
 			loop_print_progress(now, &progress_time, &progress_finished);
 
 		/* work out how long we may sleep */
-		db_drain_notifies();
 		wake = now + 1000;
-		if (loop_may_lease(stopping))
-			wake = (lease_wanted || notified) ? now :
-				(next_poll_at < wake ? next_poll_at : wake);
+		for (i = 0; i < nmembers; i++)
+		{
+			Member	   *m = members[i];
+
+			db_drain_notifies(m);
+			if (!loop_may_lease(stopping) || m->conn == NULL || !m->listed)
+				continue;
+			if (m->lease_wanted || m->notified)
+				wake = now;
+			else if (m->next_poll_at < wake)
+				wake = m->next_poll_at;
+		}
+		if (cluster_mode && !stopping && members_refresh_at < wake)
+			wake = members_refresh_at;
 		for (i = 0; i < opt.concurrency; i++)
 		{
 			if (jobs[i] && !jobs[i]->lost && jobs[i]->next_heartbeat < wake)
@@ -349,8 +422,10 @@ loop_run(int64_t start)
 		if (opt.exit_when_idle_ms > 0 && njobs == 0 &&
 			last_busy + opt.exit_when_idle_ms < wake)
 			wake = last_busy + opt.exit_when_idle_ms;
-		if (conn == NULL && !stopping && reconnect_at < wake)
-			wake = reconnect_at;
+		for (i = 0; i < nmembers && !stopping; i++)
+			if (members[i]->conn == NULL && members[i]->listed &&
+				members[i]->reconnect_at < wake)
+				wake = members[i]->reconnect_at;
 
 		loop_wait_for_events(wake > now ? (int) (wake - now) : 0);
 	}

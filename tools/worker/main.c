@@ -48,7 +48,8 @@ opt_usage(void)
 	printf("silo-worker: run jobs from a silo task group\n\n"
 		   "Usage: silo-worker --task-group G [OPTION]...\n\n"
 		   "Options:\n"
-		   "  -d, --dsn DSN            connection string (default: PG* env)\n"
+		   "  -d, --dsn DSN            connection string (default: PG* env); in\n"
+		   "                           cluster mode any one node of the cluster\n"
 		   "  -g, --task-group G       task group to lease from (required)\n"
 		   "  -w, --worker-id ID       worker id (default: HOSTNAME-PID)\n"
 		   "  -c, --concurrency N      max jobs in flight (default 8)\n"
@@ -67,6 +68,8 @@ opt_usage(void)
 		   "      --max-jobs N         exit after N tasks reported: jobs ended, failed\n"
 		   "                           attempts to be retried, releases (0 = unlimited)\n"
 		   "      --exit-when-idle MS  exit after MS ms without work (0 = never)\n"
+		   "      --no-cluster         lease only from the node of --dsn, even when\n"
+		   "                           it is in cluster mode\n"
 		   "      --progress           print a progress line to stderr every second\n"
 		   "  -q, --quiet              only print warnings and errors\n"
 		   "  -v, --verbose            also print per-task details\n"
@@ -93,7 +96,16 @@ opt_usage(void)
 		   "SIGTERM/SIGINT stop leasing and wait up to --grace-ms for running jobs\n"
 		   "and refresh commands; the rest are killed: jobs are released, refresh\n"
 		   "tasks failed with \"worker shutting down\".  A second signal ends the\n"
-		   "wait.\n");
+		   "wait.\n\n"
+		   "Cluster mode is automatic: when the node of --dsn is in cluster mode\n"
+		   "(silo.node_info), the worker connects to every owner in its shard map\n"
+		   "(silo.cluster_info; owner_conninfo laid over --dsn, which keeps user,\n"
+		   "password and TLS settings), LISTENs and leases on each in turn, and\n"
+		   "reads the map again every 5 s, after a lost connection and after an\n"
+		   "SL020.  Heartbeats and reports name the task's tenant and go to the\n"
+		   "node that leased it; when its shard has moved that node answers SL020\n"
+		   "and the call follows the hint to the new owner (at most 3 hops).\n"
+		   "SL021 (a shard paused for a move) is retried within the lease.\n");
 }
 
 /*
@@ -152,6 +164,7 @@ opt_parse_args(int argc, char **argv)
 		{"refresh-timeout-ms", required_argument, NULL, 'T'},
 		{"max-jobs", required_argument, NULL, 'M'},
 		{"exit-when-idle", required_argument, NULL, 'I'},
+		{"no-cluster", no_argument, NULL, 'N'},
 		{"progress", no_argument, NULL, 'p'},
 		{"quiet", no_argument, NULL, 'q'},
 		{"verbose", no_argument, NULL, 'v'},
@@ -208,6 +221,9 @@ opt_parse_args(int argc, char **argv)
 			case 'I':
 				opt.exit_when_idle_ms = (int) opt_parse_int("exit-when-idle",
 															optarg, 0, INT_MAX);
+				break;
+			case 'N':
+				opt.no_cluster = true;
 				break;
 			case 'p':
 				opt.progress = true;
@@ -272,13 +288,14 @@ main(int argc, char **argv)
 		log_msg(LOG_ERROR, "out of memory");
 		return 1;
 	}
-	if (!db_connect(true))
+	if (!members_start())
 		return 1;
 	start = now_ms();
 	log_msg(LOG_INFO, "worker %s leasing from task group \"%s\" "
-			"(concurrency %d, batch %d, %s%s)", opt.worker_id, opt.task_group,
+			"(concurrency %d, batch %d, %s%s%s)", opt.worker_id, opt.task_group,
 			opt.concurrency, opt.batch, opt.exec_cmd ? "exec" : "no-op",
-			opt.refresh_exec_cmd ? ", refresh-exec" : "");
+			opt.refresh_exec_cmd ? ", refresh-exec" : "",
+			cluster_mode ? ", cluster" : "");
 
 	loop_run(start);
 
@@ -286,6 +303,9 @@ main(int argc, char **argv)
 	if (stats.lost > 0)
 		log_msg(LOG_INFO, "%ld task(s) abandoned after losing their lease",
 				stats.lost);
+	if (stats.not_owner > 0)
+		log_msg(LOG_INFO, "%ld call(s) followed a NOT_OWNER hint to a shard's "
+				"new owner", stats.not_owner);
 	printf("silo-worker: finished %ld jobs (%ld succeeded, %ld failed, "
 		   "%ld cancelled; %ld of them after retries) in %.2f s, "
 		   "%.1f jobs/s\n",
@@ -300,8 +320,7 @@ main(int argc, char **argv)
 			   "%ld failed)\n", REFRESHES(), stats.refreshed,
 			   stats.refresh_failed);
 	fflush(stdout);
-	if (conn != NULL)
-		PQfinish(conn);
+	members_close_all();
 	return 0;
 }
 #endif							/* !SILO_WORKER_SELFTEST */

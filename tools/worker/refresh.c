@@ -47,7 +47,7 @@
  *		cut: keeping its end (keep_tail, for stderr) or its start.
  */
 static QueryStatus
-refresh_fail_with(const char *task_id, const char *what, const char *text,
+refresh_fail_with(Job *job, const char *what, const char *text,
 				  size_t len, bool keep_tail)
 {
 	StrBuf		clean = {0},
@@ -88,9 +88,9 @@ refresh_fail_with(const char *task_id, const char *what, const char *text,
 		else
 			sb_puts(&msg, part);
 	}
-	qs = db_task_call("fail_refresh", SQL_FAIL_REFRESH, 3, task_id, msg.data,
-					  NULL);
-	log_msg(LOG_VERBOSE, "refresh task %s failed: %s", task_id, msg.data);
+	qs = route_job_call(job, "fail_refresh", SQL_FAIL_REFRESH, 3, msg.data,
+						NULL);
+	log_msg(LOG_VERBOSE, "refresh task %s failed: %s", job->task_id, msg.data);
 	sb_free(&clean);
 	sb_free(&msg);
 	return qs;
@@ -101,10 +101,10 @@ refresh_fail_with(const char *task_id, const char *what, const char *text,
  *		report_refresh() with the new max (a decimal string).
  */
 static QueryStatus
-refresh_report(const char *task_id, const char *new_max)
+refresh_report(Job *job, const char *new_max)
 {
-	return db_task_call("report_refresh", SQL_REPORT_REFRESH, 3, task_id,
-						new_max, NULL);
+	return route_job_call(job, "report_refresh", SQL_REPORT_REFRESH, 3,
+						  new_max, NULL);
 }
 
 /*
@@ -113,16 +113,21 @@ refresh_report(const char *task_id, const char *new_max)
  *		without that option report its current max unchanged.
  */
 void
-refresh_handle_row(PGresult *res, int row, int64_t now)
+refresh_handle_row(Member *m, PGresult *res, int row, int64_t now)
 {
 	static bool told;
 	const char *task_id = PQgetvalue(res, row, COL_TASK_ID);
+	Job			task = {0};		/* what the reports need of it */
 
 	if (opt.refresh_exec_cmd != NULL)
 	{
-		exec_spawn_job(res, row, now);
+		exec_spawn_job(m, res, row, now);
 		return;
 	}
+	task.member = m;
+	task.lease_until = now + opt.lease_ms;
+	task.task_id = (char *) task_id;
+	task.tenant = PQgetvalue(res, row, COL_TENANT);
 	if (!told)
 	{
 		log_msg(LOG_INFO, "no --refresh-exec: answering refresh tasks of "
@@ -132,7 +137,7 @@ refresh_handle_row(PGresult *res, int row, int64_t now)
 	if (PQgetisnull(res, row, COL_CURRENT_MAX))
 	{
 		/* cannot happen; fail it rather than guess a limit */
-		if (refresh_fail_with(task_id, "refresh task without a current max",
+		if (refresh_fail_with(&task, "refresh task without a current max",
 							  "", 0, false) == QS_OK)
 			stats.refresh_failed++;
 		else
@@ -142,7 +147,7 @@ refresh_handle_row(PGresult *res, int row, int64_t now)
 	log_msg(LOG_VERBOSE, "refresh of key %s (task %s): keeping max %s",
 			PQgetvalue(res, row, COL_QUEUE_KEY), task_id,
 			PQgetvalue(res, row, COL_CURRENT_MAX));
-	if (refresh_report(task_id, PQgetvalue(res, row, COL_CURRENT_MAX)) == QS_OK)
+	if (refresh_report(&task, PQgetvalue(res, row, COL_CURRENT_MAX)) == QS_OK)
 		stats.refreshed++;
 	else
 		stats.lost++;
@@ -155,7 +160,7 @@ refresh_handle_row(PGresult *res, int row, int64_t now)
 void
 refresh_spawn_failed(Job *job, const char *error)
 {
-	if (refresh_fail_with(job->task_id, "could not start the refresh command",
+	if (refresh_fail_with(job, "could not start the refresh command",
 						  error, strlen(error), false) == QS_OK)
 		stats.refresh_failed++;
 	else
@@ -224,35 +229,35 @@ refresh_finish(Job *job, int status, long **counter)
 	{
 		snprintf(what, sizeof(what), "refresh command timed out after %d ms",
 				 opt.refresh_timeout_ms);
-		return refresh_fail_with(job->task_id, what, tail, tail_len, true);
+		return refresh_fail_with(job, what, tail, tail_len, true);
 	}
 	if (job->shutdown_kill && WIFSIGNALED(status))
-		return refresh_fail_with(job->task_id, "worker shutting down", "", 0,
+		return refresh_fail_with(job, "worker shutting down", "", 0,
 								 false);
 	if (WIFSIGNALED(status))
 	{
 		snprintf(what, sizeof(what), "refresh command was killed by signal %d",
 				 WTERMSIG(status));
-		return refresh_fail_with(job->task_id, what, tail, tail_len, true);
+		return refresh_fail_with(job, what, tail, tail_len, true);
 	}
 	if (WEXITSTATUS(status) != 0)
 	{
 		snprintf(what, sizeof(what), "refresh command exited with status %d",
 				 WEXITSTATUS(status));
-		return refresh_fail_with(job->task_id, what, tail, tail_len, true);
+		return refresh_fail_with(job, what, tail, tail_len, true);
 	}
 	if (job->out.len == 0)
-		return refresh_fail_with(job->task_id, "refresh command printed "
+		return refresh_fail_with(job, "refresh command printed "
 								 "nothing; expected an integer >= 1", "", 0,
 								 false);
 	if (job->out_truncated ||
 		!refresh_parse_max(out, job->out.len, new_max, sizeof(new_max)))
-		return refresh_fail_with(job->task_id, "refresh command output is "
+		return refresh_fail_with(job, "refresh command output is "
 								 "not an integer >= 1", out, job->out.len,
 								 false);
 	log_msg(LOG_VERBOSE, "refresh of key %s (task %s): max %s -> %s",
 			job->queue_key ? job->queue_key : "?", job->task_id,
 			job->current_max ? job->current_max : "?", new_max);
 	*counter = &stats.refreshed;
-	return refresh_report(job->task_id, new_max);
+	return refresh_report(job, new_max);
 }

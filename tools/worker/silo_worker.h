@@ -25,10 +25,20 @@
  * --refresh-exec every refresh is answered at once with the key's current
  * max, which keeps the limit where it is and the refresh cycle going.
  *
- * Everything happens in one thread.  A poll() loop watches the libpq socket
- * (for notifications), a self-pipe written by the signal handlers, and the
- * stdin/stdout/stderr pipes of the children.  All queries are synchronous on
- * one connection, which is fine because every one of them is short.
+ * Everything happens in one thread.  A poll() loop watches the libpq
+ * sockets (for notifications), a self-pipe written by the signal handlers,
+ * and the stdin/stdout/stderr pipes of the children.  All queries are
+ * synchronous, which is fine because every one of them is short.
+ *
+ * Cluster mode (docs/cluster.md, "silo-worker in cluster mode") is
+ * automatic when the node of --dsn is in cluster mode, unless --no-cluster
+ * is given: the worker then has one connection per owner in that node's
+ * silo.cluster_info (members.c), leases from each in turn, and reads the
+ * map again every few seconds.  Every heartbeat and report names the
+ * task's tenant and goes to the node the task was leased from; when the
+ * task's shard has moved, that node answers SL020 and route.c sends the
+ * call to the owner its hint names.  In single-node mode there is one
+ * member, the node of --dsn, and the worker behaves as it always did.
  *
  * Module map (each file owns the globals declared under its name):
  *	  main.c	command line, startup and the final summary
@@ -36,7 +46,9 @@
  *	  lease.c	leasing, the no-op handler, heartbeats
  *	  exec.c	child processes of --exec: pipes, outcomes, reaping
  *	  refresh.c	refresh tasks of floating limits: answers and outcomes
- *	  db.c		the libpq connection, queries, reconnecting
+ *	  members.c	cluster mode: the members, discovery, following hints
+ *	  route.c	a report or heartbeat sent where its task's lease is
+ *	  db.c		the libpq connections, queries, reconnecting
  *	  json.c	JSON validator, string escaper, UTF-8 cleaning (self-test)
  *	  util.c	clock, logging, string buffers
  *
@@ -70,27 +82,43 @@
 #define RECONNECT_DELAY_MS	1000
 #define REFRESH_ERROR_MAX	1024	/* characters silo.fail_refresh() takes */
 
-/* Every parameter is sent as text; the casts pick the function signature. */
+/*
+ * Every parameter is sent as text; the casts pick the function signature.
+ * The heartbeat and every report pass the leased task's tenant as their
+ * last parameter, so that in cluster mode a node the task's shard has
+ * moved away from answers SL020 naming the new owner (docs/api.md).
+ * silo.complete_many takes no tenant: it skips a task whose lease is not
+ * on the node, and the worker reports that one alone (lease.c).
+ */
 #define SQL_LEASE \
 	"SELECT task_id, kind, tenant, job_id, attempt, relative_attempt, " \
 	"is_last_attempt, task_group, payload, queue_key, " \
 	"current_max_concurrency, refresh_metadata " \
 	"FROM silo.lease($1::text, $2::text, $3::int, $4::int)"
-#define SQL_HEARTBEAT "SELECT silo.heartbeat($1::uuid, $2::text, $3::int)"
+#define SQL_HEARTBEAT \
+	"SELECT silo.heartbeat($1::uuid, $2::text, $3::int, $4::text)"
 #define SQL_HEARTBEAT_MANY \
-	"SELECT t::text, silo.heartbeat(t, $1::text, $3::int) " \
-	"FROM unnest($2::uuid[]) AS t"
-#define SQL_COMPLETE "SELECT silo.complete($1::uuid, $2::text, $3::jsonb)"
-/* $3: the batch's retries (relative_attempt > 1), counted apart */
+	"SELECT t.id::text, silo.heartbeat(t.id, $1::text, $3::int, t.tenant) " \
+	"FROM unnest($2::uuid[], $4::text[]) AS t(id, tenant)"
+#define SQL_COMPLETE \
+	"SELECT silo.complete($1::uuid, $2::text, $3::jsonb, $4::text)"
 #define SQL_COMPLETE_MANY \
-	"SELECT count(*), count(*) FILTER (WHERE t = ANY ($3::uuid[])) " \
-	"FROM silo.complete_many($2::uuid[], $1::text) AS t"
-#define SQL_FAIL "SELECT silo.fail($1::uuid, $2::text, $3::text, $4::jsonb)"
-#define SQL_ACK_CANCEL "SELECT silo.ack_cancel($1::uuid, $2::text)"
-#define SQL_RELEASE "SELECT silo.release($1::uuid, $2::text)"
+	"SELECT t::text FROM silo.complete_many($2::uuid[], $1::text) AS t"
+#define SQL_FAIL \
+	"SELECT silo.fail($1::uuid, $2::text, $3::text, $4::jsonb, $5::text)"
+#define SQL_ACK_CANCEL "SELECT silo.ack_cancel($1::uuid, $2::text, $3::text)"
+#define SQL_RELEASE "SELECT silo.release($1::uuid, $2::text, $3::text)"
 #define SQL_REPORT_REFRESH \
-	"SELECT silo.report_refresh($1::uuid, $2::text, $3::int)"
-#define SQL_FAIL_REFRESH "SELECT silo.fail_refresh($1::uuid, $2::text, $3::text)"
+	"SELECT silo.report_refresh($1::uuid, $2::text, $3::int, $4::text)"
+#define SQL_FAIL_REFRESH \
+	"SELECT silo.fail_refresh($1::uuid, $2::text, $3::text, $4::text)"
+
+/* The shard map's owners, and the node's own id and mode (members.c). */
+#define SQL_NODE_INFO "SELECT node_id, mode FROM silo.node_info"
+#define SQL_OWNERS \
+	"SELECT DISTINCT owner_node_id, owner_conninfo, is_local " \
+	"FROM silo.cluster_info WHERE owner_node_id IS NOT NULL " \
+	"ORDER BY owner_node_id"
 
 /* Column numbers in the result of SQL_LEASE. */
 enum
@@ -120,9 +148,31 @@ typedef enum QueryStatus
 {
 	QS_OK,
 	QS_LEASE_LOST,				/* SL001/SL002: drop the task silently */
+	QS_NOT_OWNER,				/* SL020: the tenant's shard is elsewhere */
+	QS_UNAVAILABLE,				/* SL021: the shard cannot be served now */
 	QS_ERROR,					/* other SQL error; the connection is fine */
 	QS_CONN_LOST				/* the connection is gone and was dropped */
 } QueryStatus;
+
+/*
+ * A node the worker talks to.  In single-node mode there is one, the node
+ * of --dsn (the seed).  In cluster mode every owner named by the shard
+ * map is one (members.c); a member is never freed, so jobs may point at
+ * it: one that leaves the map is only marked unlisted and disconnected
+ * once no job reports to it.
+ */
+typedef struct Member
+{
+	char	   *node_id;		/* silo.node_id, NULL until known */
+	char	   *conninfo;		/* advertised conninfo; NULL: the seed (--dsn) */
+	PGconn	   *conn;			/* NULL while disconnected */
+	int64_t		reconnect_at;	/* next attempt while conn is NULL */
+	int			backoff_ms;		/* delay after the next failed attempt */
+	bool		listed;			/* lease from it: the seed, or a map owner */
+	bool		lease_wanted;	/* last lease came back full: lease again */
+	bool		notified;		/* a NOTIFY for our group arrived */
+	int64_t		next_poll_at;	/* fallback lease time when not woken */
+} Member;
 
 /*
  * One task being run by a child process: a job (--exec) or a refresh task
@@ -130,6 +180,8 @@ typedef enum QueryStatus
  */
 typedef struct Job
 {
+	Member	   *member;			/* the node that holds the lease now */
+	int64_t		lease_until;	/* the lease lasts at least until then */
 	char	   *task_id;
 	bool		is_refresh;		/* a floating-limit refresh, not a job */
 	char	   *job_id;
@@ -183,6 +235,7 @@ typedef struct WorkerOptions
 	bool		progress;
 	bool		quiet;
 	bool		verbose;
+	bool		no_cluster;		/* --no-cluster: only the node of --dsn */
 } WorkerOptions;
 
 /*
@@ -204,6 +257,7 @@ typedef struct WorkerStats
 	long		lost;			/* leases lost or reports that did not land */
 	long		refreshed;		/* refresh tasks answered: report_refresh */
 	long		refresh_failed; /* ... and fail_refresh */
+	long		not_owner;		/* SL020 hints followed */
 } WorkerStats;
 
 /* Jobs this worker ended. */
@@ -225,10 +279,7 @@ extern void loop_setup_signals(void);
 extern void loop_run(int64_t start);
 
 /* lease.c */
-extern bool lease_wanted;		/* last lease came back full: lease again */
-extern bool notified;			/* a NOTIFY for our group arrived */
-extern int64_t next_poll_at;	/* fallback lease time when not woken */
-extern int	lease_tasks(int64_t now);
+extern int	lease_tasks(Member *m, int64_t now);
 extern void lease_heartbeat_jobs(int64_t now);
 
 /* exec.c */
@@ -236,28 +287,52 @@ extern Job **jobs;				/* opt.concurrency slots, NULL when free */
 extern int	njobs;
 extern void exec_signal_job(Job *job, int signo);
 extern void exec_mark_lost(Job *job);
-extern void exec_spawn_job(PGresult *res, int row, int64_t now);
+extern void exec_spawn_job(Member *m, PGresult *res, int row, int64_t now);
 extern void exec_read(Job *job, bool is_stderr);
 extern void exec_write_stdin(Job *job);
 extern void exec_reap_children(void);
 
 /* refresh.c */
-extern void refresh_handle_row(PGresult *res, int row, int64_t now);
+extern void refresh_handle_row(Member *m, PGresult *res, int row,
+							   int64_t now);
 extern void refresh_spawn_failed(Job *job, const char *error);
 extern QueryStatus refresh_finish(Job *job, int status, long **counter);
 
 /* db.c */
-extern PGconn *conn;
-extern int64_t reconnect_at;
 extern char last_sqlstate[6];
-extern bool db_connect(bool initial);
-extern void db_drop_connection(void);
-extern void db_drain_notifies(void);
-extern QueryStatus db_query(const char *what, const char *sql, int nparams,
-							const char *const *params, PGresult **res);
-extern QueryStatus db_task_call(const char *what, const char *sql, int nparams,
-								const char *task_id, const char *p3,
-								const char *p4);
+extern char *last_detail;
+extern bool db_connect(Member *m, bool initial);
+extern void db_drop_connection(Member *m);
+extern void db_drain_notifies(Member *m);
+extern QueryStatus db_query(Member *m, const char *what, const char *sql,
+							int nparams, const char *const *params,
+							PGresult **res);
+extern QueryStatus db_task_call(Member *m, const char *what, const char *sql,
+								int nparams, const char *task_id,
+								const char *p3, const char *p4,
+								const char *tenant, PGresult **res);
+
+/* members.c */
+extern Member **members;
+extern int	nmembers;
+extern bool cluster_mode;
+extern int64_t members_refresh_at;
+extern bool members_start(void);
+extern void members_refresh(int64_t now);
+extern bool members_any_connected(void);
+extern bool members_in_use(const Member *m);
+extern const char *member_name(const Member *m);
+extern void members_close_all(void);
+extern Member *members_follow_hint(const char *detail);
+
+/* route.c */
+extern QueryStatus route_task_call(Member **mp, const char *what,
+								   const char *sql, int nparams,
+								   const char *task_id, const char *p3,
+								   const char *p4, const char *tenant,
+								   int64_t deadline, PGresult **res);
+extern QueryStatus route_job_call(Job *job, const char *what, const char *sql,
+								  int nparams, const char *p3, const char *p4);
 
 /* json.c */
 extern void json_append_string(StrBuf *sb, const char *text, size_t len);
@@ -265,6 +340,7 @@ extern bool json_is_valid(const char *text, size_t len);
 extern void utf8_append_clean(StrBuf *sb, const char *text, size_t len);
 extern size_t utf8_chars(const char *s);
 extern const char *utf8_skip_chars(const char *s, size_t n);
+extern bool json_flat_get(const char *text, const char *key, char **value);
 
 /* util.c */
 extern int64_t now_ms(void);
