@@ -2,12 +2,13 @@
 # 018_docs_examples.pl: the SQL examples of the documentation run as
 # written.
 #
-# Every block fenced as ```sql in README.md, docs/README.md, docs/api.md,
-# docs/operations.md and docs/security.md is run, in the order of its file,
+# Every block fenced as ```sql in README.md and docs/*.md (the pages listed
+# in @docs below; a page with such a block that is not listed fails the
+# test) is run, in the order of its file,
 # in one psql session per file, on a fresh node per file -- as a user
 # pasting them one after the other into psql.  The READMEs and operations.md
 # start from a node without silo, because their first block is the
-# CREATE EXTENSION that installs it; api.md and security.md start from a
+# CREATE EXTENSION that installs it; the other pages start from a
 # node with silo installed.
 #
 # The conventions (also in docs/README.md, "Examples"):
@@ -54,7 +55,7 @@
 use strict;
 use warnings FATAL => 'all';
 
-use File::Basename qw(dirname);
+use File::Basename qw(basename dirname);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use SiloTest;
@@ -68,7 +69,11 @@ my @docs = (
 	[ 'docs/README.md',     0 ],
 	[ 'docs/api.md',        1 ],
 	[ 'docs/operations.md', 0 ],
-	[ 'docs/security.md',   1 ],);
+	[ 'docs/security.md',   1 ],
+	[ 'docs/limits.md',     1 ],
+	[ 'docs/storage.md',    1 ],
+	[ 'docs/sqlstates.md',  1 ],
+	[ 'docs/cluster.md',    1 ],);
 
 # ---------------------------------------------------------------------------
 # Reading the documents
@@ -495,6 +500,21 @@ sub run_doc
 	}
 	$node->stop('fast');
 	return;
+}
+
+# every page of the documentation with a ```sql block is in @docs: a new
+# page (or a first example on an old one) cannot go untested
+{
+	my %listed = map { $_->[0] => 1 } @docs;
+	my @unlisted;
+	for my $path ('README.md', map { "docs/" . basename($_) } glob("$src/docs/*.md"))
+	{
+		open my $fh, '<', "$src/$path" or die "$src/$path: $!";
+		my $has_sql = grep { /^```sql\s*$/ } <$fh>;
+		close $fh;
+		push @unlisted, $path if $has_sql && !$listed{$path};
+	}
+	is(join(', ', @unlisted), '', 'every page with ```sql examples is run here');
 }
 
 run_doc(@$_) for @docs;
