@@ -31,17 +31,15 @@
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 
-#define LEASED_TASK_NATTS 15
-
 static void lease_raise_mark(SiloDirect *d, const char *task_group, uint64 gen,
 							 const SiloMarkKey *start, const SiloMarkKey *past);
 
 /*
- * lease_marks_enabled: whether silo.task carries the trigger that keeps
- * lease marks safe (it does from extension version 1.3 on).
+ * silo_lease_marks_enabled: whether silo.task carries the trigger that
+ * keeps lease marks safe (it does from extension version 1.3 on).
  */
-static bool
-lease_marks_enabled(Oid *task_relid)
+bool
+silo_lease_marks_enabled(Oid *task_relid)
 {
 	Oid			relid;
 	Relation	rel;
@@ -71,14 +69,41 @@ static const char *const lease_lease_cols[] = {
 };
 #define LEASE_LEASE_NCOLS 16
 
-/* silo.job_info columns a lease reads; the key first (see below) */
+/*
+ * silo.job_info columns a lease reads; the key first (see below).  The
+ * retry policy and limits come from the row the lease reads anyway, so
+ * handing them to the worker costs no extra lookup (1.8).
+ */
 static const char *const lease_info_cols[] = {
-	"tenant", "id", "retry_count", "payload", "metadata"
+	"tenant", "id", "retry_count", "payload", "metadata", "retry_initial_ms", "retry_max_ms",
+	"retry_factor", "retry_randomize", "limits"
 };
 enum
 {
-	LI_TENANT, LI_ID, LI_RETRY_COUNT, LI_PAYLOAD, LI_METADATA, LI_NCOLS
+	LI_TENANT, LI_ID, LI_RETRY_COUNT, LI_PAYLOAD, LI_METADATA, LI_RETRY_INITIAL_MS,
+	LI_RETRY_MAX_MS, LI_RETRY_FACTOR, LI_RETRY_RANDOMIZE, LI_LIMITS, LI_NCOLS
 };
+
+/*
+ * lease_retry_policy: the job_info row's retry policy as the object
+ * silo.enqueue accepts, every key given, or NULL (a job without a policy,
+ * whose first failure is final).  Rarely built: most jobs have none.
+ */
+static Datum
+lease_retry_policy(SiloTable *info, Datum retry_count, bool *isnull)
+{
+	SiloRetryPolicy p;
+	bool		n;
+
+	if (*isnull)
+		return (Datum) 0;
+	p.count = DatumGetInt32(retry_count);
+	p.initial_ms = DatumGetInt64(silo_table_get(info, LI_RETRY_INITIAL_MS, &n));
+	p.max_ms = DatumGetInt64(silo_table_get(info, LI_RETRY_MAX_MS, &n));
+	p.factor = DatumGetFloat8(silo_table_get(info, LI_RETRY_FACTOR, &n));
+	p.randomize = DatumGetBool(silo_table_get(info, LI_RETRY_RANDOMIZE, &n));
+	return JsonbPGetDatum(silo_retry_policy_jsonb(&p));
+}
 
 /*
  * lease_group_overdue: whether the group has a task whose start has come
@@ -245,6 +270,7 @@ silo_lease_take_row(LeaseWork *w, SiloTable *task)
 	out[8] = l[2];				/* task_group */
 	out[11] = TimestampTzGetDatum(w->expires);
 	outnulls[12] = outnulls[13] = outnulls[14] = true;
+	outnulls[15] = outnulls[16] = true;
 	key[0] = l[3];
 	key[1] = l[4];
 	hint = silo_table_get(task, LT_JOB_INFO_TID, &hint_null);
@@ -256,6 +282,9 @@ silo_lease_take_row(LeaseWork *w, SiloTable *task)
 							  DatumGetInt32(l[6]) > DatumGetInt32(retry_count));
 		out[9] = silo_table_get(w->info, LI_PAYLOAD, &outnulls[9]);
 		out[10] = silo_table_get(w->info, LI_METADATA, &outnulls[10]);
+		out[15] = silo_table_get(w->info, LI_LIMITS, &outnulls[15]);
+		outnulls[16] = isnull;
+		out[16] = lease_retry_policy(w->info, retry_count, &outnulls[16]);
 	}
 	else
 	{
@@ -268,10 +297,10 @@ silo_lease_take_row(LeaseWork *w, SiloTable *task)
 }
 
 /*
- * lease_begin: open the tables a lease writes and reads, in d.
+ * silo_lease_begin: open the tables a lease writes and reads, in d.
  */
-static void
-lease_begin(LeaseWork *w, SiloDirect *d, ReturnSetInfo *rsinfo, const char *worker_id,
+void
+silo_lease_begin(LeaseWork *w, SiloDirect *d, ReturnSetInfo *rsinfo, const char *worker_id,
 			TimestampTz now, TimestampTz expires)
 {
 	w->rsinfo = rsinfo;
@@ -387,13 +416,13 @@ silo_lease_tasks(ReturnSetInfo *rsinfo, const char *worker_id, const char *task_
 	lease_promote_group(task_group, now);
 
 	fair = silo_group_fair(task_group);
-	use_mark = lease_marks_enabled(&task_relid);
+	use_mark = silo_lease_marks_enabled(&task_relid);
 
 	/* some tenants only: their own ranges, from their own marks */
 	if (ntenants >= 0)
 	{
 		d = silo_direct_begin();
-		lease_begin(&w, d, rsinfo, worker_id, now, expires);
+		silo_lease_begin(&w, d, rsinfo, worker_id, now, expires);
 		(void) silo_lease_take_tenants(d, &w, task_group, max_tasks, ntenants, tenants, fair,
 									   use_mark ? task_relid : InvalidOid);
 		silo_direct_end(d);
@@ -406,7 +435,7 @@ silo_lease_tasks(ReturnSetInfo *rsinfo, const char *worker_id, const char *task_
 		silo_mark_begin(task_group, "", task_relid, &start, &gen);
 
 	d = silo_direct_begin();
-	lease_begin(&w, d, rsinfo, worker_id, now, expires);
+	silo_lease_begin(&w, d, rsinfo, worker_id, now, expires);
 
 	/*
 	 * A fair group takes turns across its named tenants first
