@@ -35,11 +35,11 @@ static void lease_raise_mark(SiloDirect *d, const char *task_group, uint64 gen,
 							 const SiloMarkKey *start, const SiloMarkKey *past);
 
 /*
- * silo_lease_marks_enabled: whether silo.task carries the trigger that
- * keeps lease marks safe (it does from extension version 1.3 on).
+ * lease_marks_enabled: whether silo.task carries the trigger that keeps
+ * lease marks safe (it does from extension version 1.3 on).
  */
-bool
-silo_lease_marks_enabled(Oid *task_relid)
+static bool
+lease_marks_enabled(Oid *task_relid)
 {
 	Oid			relid;
 	Relation	rel;
@@ -85,18 +85,16 @@ enum
 };
 
 /*
- * lease_retry_policy: the job_info row's retry policy as the object
- * silo.enqueue accepts, every key given, or NULL (a job without a policy,
- * whose first failure is final).  Rarely built: most jobs have none.
+ * lease_retry_policy: the retry policy of the job_info row (one that has
+ * a policy: retry_count is not NULL) as the object silo.enqueue accepts,
+ * every key given.  Rarely built: most jobs have none.
  */
 static Datum
-lease_retry_policy(SiloTable *info, Datum retry_count, bool *isnull)
+lease_retry_policy(SiloTable *info, Datum retry_count)
 {
 	SiloRetryPolicy p;
 	bool		n;
 
-	if (*isnull)
-		return (Datum) 0;
 	p.count = DatumGetInt32(retry_count);
 	p.initial_ms = DatumGetInt64(silo_table_get(info, LI_RETRY_INITIAL_MS, &n));
 	p.max_ms = DatumGetInt64(silo_table_get(info, LI_RETRY_MAX_MS, &n));
@@ -283,8 +281,10 @@ silo_lease_take_row(LeaseWork *w, SiloTable *task)
 		out[9] = silo_table_get(w->info, LI_PAYLOAD, &outnulls[9]);
 		out[10] = silo_table_get(w->info, LI_METADATA, &outnulls[10]);
 		out[15] = silo_table_get(w->info, LI_LIMITS, &outnulls[15]);
+		/* NULL: no policy, the first failure is final */
 		outnulls[16] = isnull;
-		out[16] = lease_retry_policy(w->info, retry_count, &outnulls[16]);
+		if (!isnull)
+			out[16] = lease_retry_policy(w->info, retry_count);
 	}
 	else
 	{
@@ -301,7 +301,7 @@ silo_lease_take_row(LeaseWork *w, SiloTable *task)
  */
 void
 silo_lease_begin(LeaseWork *w, SiloDirect *d, ReturnSetInfo *rsinfo, const char *worker_id,
-			TimestampTz now, TimestampTz expires)
+				 TimestampTz now, TimestampTz expires)
 {
 	w->rsinfo = rsinfo;
 	w->lease = silo_table_open(d, "task_lease", lease_lease_cols, LEASE_LEASE_NCOLS,
@@ -416,7 +416,7 @@ silo_lease_tasks(ReturnSetInfo *rsinfo, const char *worker_id, const char *task_
 	lease_promote_group(task_group, now);
 
 	fair = silo_group_fair(task_group);
-	use_mark = silo_lease_marks_enabled(&task_relid);
+	use_mark = lease_marks_enabled(&task_relid);
 
 	/* some tenants only: their own ranges, from their own marks */
 	if (ntenants >= 0)

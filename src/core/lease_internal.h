@@ -42,7 +42,6 @@ typedef struct LeaseWork
 } LeaseWork;
 
 /* lease.c */
-extern bool silo_lease_marks_enabled(Oid *task_relid);
 extern void silo_lease_begin(LeaseWork *w, SiloDirect *d, ReturnSetInfo *rsinfo,
 							 const char *worker_id, TimestampTz now, TimestampTz expires);
 extern bool silo_lease_take_row(LeaseWork *w, SiloTable *task);
