@@ -22,8 +22,8 @@ $$;
 /* ---- helper A: leased tasks carry limits and retry policy; lease one named job ---- */
 
 /*
- * A leased task carries its job's limits and retry policy, as Silo's Task
- * does, in the shapes silo.enqueue accepts: limits as stored (normalized,
+ * A leased task carries its job's limits (as Silo's Task does) and retry
+ * policy (which Silo's GetJob shows), in the shapes silo.enqueue accepts: limits as stored (normalized,
  * '[]' for none), retry_policy with every key given, NULL for a job
  * without one.  Both are NULL on refresh tasks.  The functions that
  * return SETOF silo.leased_task (silo.lease, silo.lease_job) fill them.
