@@ -481,7 +481,7 @@ SELECT count(*) AS leased, bool_and(job_id = 'b' || ord) AS in_input_order
   FROM silo.lease('w', 'bulk', 1000, 3600000) WITH ORDINALITY AS l(task_id, kind, tenant, job_id, attempt, relative_attempt,
 														  is_last_attempt, priority, task_group, payload, metadata,
 														  lease_expires_at, queue_key, current_max_concurrency,
-														  refresh_metadata, ord);
+														  refresh_metadata, limits, retry_policy, ord);
 -- 10000 jobs whose last one is invalid: nothing is written, and the
 -- context names the element
 SELECT pg_temp.fingerprint() AS fp \gset

@@ -661,6 +661,8 @@ SELECT task_id = :'first_rt' AS same_task, kind, tenant, job_id, attempt, relati
 	   priority, task_group, payload, metadata, lease_expires_at > silo.now() AS live, queue_key,
 	   current_max_concurrency, refresh_metadata
   FROM refresh_lease;
+-- a refresh task has no job: no limits, no retry policy (1.8)
+SELECT kind, limits IS NULL AS no_limits, retry_policy IS NULL AS no_policy FROM refresh_lease;
 SELECT task_id AS rt FROM refresh_lease \gset
 SELECT refresh_state, refresh_task_id = :'rt' AS same_task FROM silo.floating_limits WHERE tenant = 'fl';
 SELECT kind, job_id, tenant, task_group, queue_key, holds, attempt, expired FROM silo.leases WHERE task_id = :'rt';

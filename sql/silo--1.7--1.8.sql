@@ -18,3 +18,62 @@ BEGIN
 	END IF;
 END
 $$;
+
+/* ---- helper A: leased tasks carry limits and retry policy; lease one named job ---- */
+
+/*
+ * A leased task carries its job's limits (as Silo's Task does) and retry
+ * policy (which Silo's GetJob shows), in the shapes silo.enqueue accepts: limits as stored (normalized,
+ * '[]' for none), retry_policy with every key given, NULL for a job
+ * without one.  Both are NULL on refresh tasks.  The functions that
+ * return SETOF silo.leased_task (silo.lease, silo.lease_job) fill them.
+ */
+ALTER TYPE silo.leased_task ADD ATTRIBUTE limits jsonb, ADD ATTRIBUTE retry_policy jsonb;
+
+/* silo.jobs: the same two columns, at the end (1.7's view otherwise). */
+CREATE OR REPLACE VIEW silo.jobs WITH (security_barrier) AS
+SELECT s.tenant, s.id, i.task_group,
+	   CASE WHEN s.status <> 'Pending' THEN s.status
+			WHEN EXISTS (SELECT 1 FROM silo.task_lease l WHERE l.task_id = s.task_id)
+				THEN 'Running'
+			WHEN s.next_attempt_at > silo.now()
+				THEN CASE WHEN s.relative_attempt > 1 THEN 'Retrying' ELSE 'Scheduled' END
+			ELSE 'Waiting' END COLLATE "C" AS status,
+	   i.priority::integer AS priority, i.enqueued_at,
+	   CASE WHEN s.status <> 'Pending' THEN s.changed_at
+			ELSE coalesce((SELECT l.started_at FROM silo.task_lease l WHERE l.task_id = s.task_id),
+						  s.changed_at) END AS status_changed_at,
+	   CASE WHEN s.status = 'Pending' THEN s.attempt END AS current_attempt,
+	   CASE WHEN s.status = 'Pending'
+				 AND NOT EXISTS (SELECT 1 FROM silo.task_lease l WHERE l.task_id = s.task_id)
+				THEN s.next_attempt_at END AS next_attempt_at,
+	   i.payload, i.metadata, c.cancelled_at,
+	   i.limits,
+	   CASE WHEN i.retry_count IS NOT NULL
+				THEN pg_catalog.jsonb_build_object('retryCount', i.retry_count,
+												   'initialIntervalMs', i.retry_initial_ms,
+												   'maxIntervalMs', i.retry_max_ms,
+												   'backoffFactor', i.retry_factor,
+												   'randomizeInterval', i.retry_randomize)
+			END AS retry_policy
+  FROM silo.job_status s
+  JOIN silo.job_info i ON i.tenant = s.tenant AND i.id = s.id
+  LEFT JOIN silo.job_cancellation c ON c.tenant = s.tenant AND c.job_id = s.id
+ WHERE silo.tenant_visible(s.tenant);
+
+/*
+ * silo.lease_job: Silo's LeaseTask, the lease of one named job's due task
+ * (tests, tooling).  Unlike Silo's it does not skip limits: a job still
+ * waiting on one is refused (docs/api.md).  Zero rows when another
+ * transaction holds the task at that moment.
+ */
+CREATE FUNCTION silo.lease_job(worker_id text,
+							   job_id text,
+							   tenant text DEFAULT '-',
+							   lease_ms integer DEFAULT 10000)
+RETURNS SETOF silo.leased_task
+AS 'MODULE_PATHNAME', 'silo_lease_job'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off ROWS 1;
+REVOKE ALL ON FUNCTION silo.lease_job(text, text, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION silo.lease_job(text, text, text, integer) TO silo_worker, silo_admin;

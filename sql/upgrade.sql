@@ -124,6 +124,12 @@ SELECT c.relname, c.relreplident,
  ORDER BY c.relname;
 SELECT pg_get_indexdef('silo.task_future_group'::regclass);
 
+-- and 1.8's: leased tasks and silo.jobs carry limits and retry_policy,
+-- also for the jobs enqueued before the update
+SELECT attnum, attname FROM pg_attribute
+ WHERE attrelid = 'silo.leased_task'::regclass AND attnum > 14 ORDER BY attnum;
+SELECT id, limits, retry_policy FROM silo.jobs WHERE id IN ('old1', 'new1') ORDER BY id;
+
 -- and 1.6's: the update rewrites the purge command of older versions,
 -- which resolved to_regprocedure() through the database's search_path as
 -- a superuser, into the qualified one the broker writes (in one
@@ -185,3 +191,5 @@ CREATE EXTENSION silo;
 -- and the re-created extension works
 SELECT silo.enqueue('upgrade-check', id => 'u1');
 SELECT job_id FROM silo.lease('w', 'upgrade-check');
+SELECT silo.enqueue('upgrade-check', id => 'u2', retry_policy => '{"retryCount": 1}');
+SELECT job_id, limits, retry_policy FROM silo.lease_job('w', 'u2');

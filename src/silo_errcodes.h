@@ -38,6 +38,8 @@
 #define ERRCODE_SILO_WRONG_TASK_KIND		MAKE_SQLSTATE('S','L','0','1','0')
 /* SL011: silo.wait_result's timeout passed before the job ended */
 #define ERRCODE_SILO_WAIT_TIMEOUT			MAKE_SQLSTATE('S','L','0','1','1')
+/* SL012: silo.lease_job of a job that has no due task to lease (1.8) */
+#define ERRCODE_SILO_JOB_NOT_LEASABLE		MAKE_SQLSTATE('S','L','0','1','2')
 
 /* SL020: cluster mode: the tenant's shard is owned by another node; the
  * DETAIL is a JSON object naming the owner (docs/cluster.md) */

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * worker.c
- *	  SQL entry points of the worker's side: silo.lease, silo.heartbeat,
+ *	  SQL entry points of the worker's side: silo.lease, silo.lease_job,
+ *	  silo.heartbeat,
  *	  silo.complete, silo.fail, silo.ack_cancel, silo.release,
  *	  silo.complete_many, silo.report_refresh and silo.fail_refresh.
  *
@@ -14,6 +15,7 @@
 #include "utils/builtins.h"
 
 PG_FUNCTION_INFO_V1(silo_lease);
+PG_FUNCTION_INFO_V1(silo_lease_job);
 PG_FUNCTION_INFO_V1(silo_heartbeat);
 PG_FUNCTION_INFO_V1(silo_complete);
 PG_FUNCTION_INFO_V1(silo_fail);
@@ -120,6 +122,35 @@ silo_lease(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	silo_lease_tasks((ReturnSetInfo *) fcinfo->resultinfo, worker_id, task_group,
 					 max_tasks, lease_ms, ntenants, tenants);
+	return (Datum) 0;
+}
+
+/*
+ * silo_lease_job: SQL entry point silo.lease_job(worker_id, job_id,
+ * tenant, lease_ms).  Leases the named job's due task (core/lease_job.c):
+ * one row of silo.leased_task, or none when another transaction holds
+ * the task.  The tenant is checked as every call that names one checks
+ * it: the caller's bindings, and in cluster mode the tenant's shard.
+ */
+Datum
+silo_lease_job(PG_FUNCTION_ARGS)
+{
+	char	   *worker_id;
+	char	   *id;
+	char	   *tenant;
+	int32		lease_ms;
+
+	worker_id = silo_text_arg(fcinfo, 0, "worker_id", 1, SILO_MAX_WORKER_LEN);
+	id = silo_text_arg(fcinfo, 1, "job_id", 1, SILO_MAX_ID_LEN);
+	tenant = silo_text_arg(fcinfo, 2, "tenant", 1, SILO_MAX_TENANT_LEN);
+	silo_require_arg(fcinfo, 3, "lease_ms");
+	lease_ms = PG_GETARG_INT32(3);
+	silo_check_range("lease_ms", lease_ms, SILO_MIN_LEASE_MS, SILO_MAX_LEASE_MS);
+	silo_api_begin("silo.lease_job", SILO_API_READ_COMMITTED | SILO_API_WRITES);
+	silo_api_tenant(tenant);
+
+	InitMaterializedSRF(fcinfo, 0);
+	silo_lease_one_job((ReturnSetInfo *) fcinfo->resultinfo, worker_id, tenant, id, lease_ms);
 	return (Datum) 0;
 }
 

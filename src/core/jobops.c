@@ -398,10 +398,11 @@ silo_job_expedite(const char *tenant, const char *id, const char *fn)
 	const char *why = NULL;
 
 	jobops_begin(tenant, id, fn, values, &st);
-	if (jobops_is_terminal(&st))
-		why = "job is in a terminal state";
-	else if (st.cancelled)
+	/* a Cancelled job is cancelled first, as Silo says (docs/states.md) */
+	if (strcmp(st.status, "Cancelled") == 0 || (st.cancelled && !jobops_is_terminal(&st)))
 		why = "job is cancelled";
+	else if (jobops_is_terminal(&st))
+		why = "job is in a terminal state";
 	else if (st.running)
 		why = "job is running";
 	else if (st.next_attempt_at <= now)

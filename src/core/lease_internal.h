@@ -12,6 +12,12 @@
 
 #include "silo_core.h"
 
+/*
+ * silo.leased_task's columns: task_id .. refresh_metadata (1.0), then
+ * limits and retry_policy (1.8)
+ */
+#define LEASED_TASK_NATTS 17
+
 /* silo.task columns a lease reads, in this order */
 extern const char *const silo_lease_task_cols[];
 enum
@@ -36,6 +42,8 @@ typedef struct LeaseWork
 } LeaseWork;
 
 /* lease.c */
+extern void silo_lease_begin(LeaseWork *w, SiloDirect *d, ReturnSetInfo *rsinfo,
+							 const char *worker_id, TimestampTz now, TimestampTz expires);
 extern bool silo_lease_take_row(LeaseWork *w, SiloTable *task);
 extern void silo_lease_row_key(SiloTable *task, SiloMarkKey *key);
 

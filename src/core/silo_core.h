@@ -104,6 +104,10 @@ extern void silo_lease_tasks(ReturnSetInfo *rsinfo, const char *worker_id,
 							 int ntenants, char **tenants);
 extern bool silo_heartbeat_lease(Datum task_id, const char *worker_id, int32 lease_ms);
 
+/* lease_job.c */
+extern void silo_lease_one_job(ReturnSetInfo *rsinfo, const char *worker_id, const char *tenant,
+							   const char *id, int32 lease_ms);
+
 /* outcome.c */
 typedef enum SiloOutcome
 {

@@ -82,6 +82,7 @@ extern void silo_check_length(const char *name, const char *value, int min, int 
 extern void silo_check_name(const char *name, const char *value);
 extern void silo_check_range(const char *name, int64 value, int64 min, int64 max);
 extern void silo_parse_retry_policy(Jsonb *policy, SiloRetryPolicy *out);
+extern Jsonb *silo_retry_policy_jsonb(const SiloRetryPolicy *p);
 extern void silo_check_metadata(Jsonb *metadata);
 extern const char *silo_json_type_name(JsonbValue *v);
 extern double silo_json_number(const char *what, JsonbValue *v);

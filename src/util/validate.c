@@ -15,6 +15,7 @@
 #include "access/xact.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
+#include "utils/float.h"
 #include "utils/fmgrprotos.h"
 #include "utils/numeric.h"
 
@@ -271,6 +272,26 @@ silo_parse_retry_policy(Jsonb *policy, SiloRetryPolicy *out)
 					 errmsg("retry_policy has an unknown key \"%s\"", key),
 					 errhint("Known keys: retryCount, initialIntervalMs, maxIntervalMs, backoffFactor, randomizeInterval.")));
 	}
+}
+
+/*
+ * silo_retry_policy_jsonb: a normalized policy (count >= 0) as the object
+ * silo_parse_retry_policy reads, every key given, so that a policy read
+ * back from a job (a leased task, silo.jobs) can be passed to enqueue as
+ * it is.  The factor is written as float8out writes it, as SQL's
+ * jsonb_build_object does from the float8 column.
+ */
+Jsonb *
+silo_retry_policy_jsonb(const SiloRetryPolicy *p)
+{
+	char	   *s;
+
+	s = psprintf("{\"retryCount\": %d, \"initialIntervalMs\": " INT64_FORMAT
+				 ", \"maxIntervalMs\": " INT64_FORMAT ", \"backoffFactor\": %s,"
+				 " \"randomizeInterval\": %s}",
+				 p->count, p->initial_ms, p->max_ms, float8out_internal(p->factor),
+				 p->randomize ? "true" : "false");
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(s)));
 }
 
 /*

@@ -347,6 +347,11 @@ ok($rc == 0 && $o eq 'before-crash', 'the same call sent to that conninfo succee
 	q{SELECT silo.enqueue('g15', '{}', tenant => 'acme', id => 'on-n2')});
 ok($rc != 0 && $e =~ /SL020|not owned by this node/, 'the enqueue itself on node 2 is refused')
   or diag("rc $rc out $o err $e");
+# silo.lease_job (1.8) names its tenant: the same check, before the job is read
+($rc, $o, $e) = psql_conninfo($n2->{conninfo},
+	q{SELECT job_id FROM silo.lease_job('w15', 'before-crash', 'acme')});
+ok($rc != 0 && $e =~ /not owned by this node/, 'a lease_job of an acme job on node 2 is refused (SL020)')
+  or diag("rc $rc out $o err $e");
 
 # a third server with node 2's node_id: it must neither register nor serve
 {

@@ -113,6 +113,10 @@ export interface Job<P = unknown> {
   metadata: Record<string, string>;
   /** Set when the job was cancelled (also on a job that Succeeded after a cancel). */
   cancelledAt: Date | null;
+  /** The job's limits as stored, in enqueue's shape ([] for none; silo 1.8). */
+  limits: Limit[];
+  /** The job's retry policy with every key given, or null for none (the first failure is final; silo 1.8). */
+  retryPolicy: Required<RetryPolicy> | null;
 }
 
 /** The outcome of a terminal job (silo.job_result). */
@@ -161,6 +165,16 @@ export interface Task<P = unknown> {
   metadata: Record<string, string>;
   /** When the lease ends unless renewed (the worker renews it). */
   leaseExpiresAt: Date;
+  /**
+   * The job's limits, in enqueue's shape (normalized: every key given; [] for none). The task
+   * holds them already: a worker reads them, it does not acquire them (silo 1.8).
+   */
+  limits: Limit[];
+  /**
+   * The job's retry policy with every key given, or null when the job has none (its first
+   * failure is final). Can be passed back to enqueue as it is (silo 1.8).
+   */
+  retryPolicy: Required<RetryPolicy> | null;
 }
 
 /** A refresh task of a floating concurrency limit (a row of silo.lease of kind 'refresh'). */

@@ -185,7 +185,7 @@ interface Completion {
  */
 const LEASE_COLUMNS = ['task_id', 'kind', 'tenant', 'job_id', 'attempt', 'relative_attempt', 'is_last_attempt',
   'priority', 'task_group', 'payload', 'metadata', 'lease_expires_at', 'queue_key', 'current_max_concurrency',
-  'refresh_metadata'];
+  'refresh_metadata', 'limits', 'retry_policy'];
 const SQL_LEASE = `SELECT ${LEASE_COLUMNS.join(', ')} FROM silo.lease($1::text, $2::text, $3::int, $4::int, $5::text[])`;
 const SQL_HEARTBEAT_MANY = 'SELECT t::text AS task_id, silo.heartbeat(t, $1::text, $3::int) AS cancelled'
   + ' FROM unnest($2::uuid[]) AS t';
@@ -245,7 +245,7 @@ function failureOf(err: unknown): { code: string; data: string | null } {
   return { code: 'ERROR', data: jsonOrNote({ message: safeMessage(err) }) };
 }
 
-const RUN_ONLY = ['jobId', 'attempt', 'relativeAttempt', 'isLastAttempt', 'payload'];
+const RUN_ONLY = ['jobId', 'attempt', 'relativeAttempt', 'isLastAttempt', 'payload', 'limits', 'retryPolicy'];
 const REFRESH_ONLY = ['queueKey', 'currentMaxConcurrency', 'refreshMetadata'];
 
 /** A row of silo.lease as a Task or a RefreshTask. */

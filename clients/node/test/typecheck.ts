@@ -52,6 +52,10 @@ async function producer(client: SiloClient): Promise<void> {
 const handler: TaskHandler<Email, Sent> = async (task: Task<Email>, { signal, workerId }) => {
   if (signal.aborted) throw signal.reason;
   if (!task.payload.to) throw new TaskFailure('NO_ADDRESS', { workerId });
+  // the job's limits and retry policy (silo 1.8): enqueue's shapes, so they can be passed back
+  const retries: number = task.retryPolicy === null ? 0 : task.retryPolicy.retryCount;
+  const keys: string[] = task.limits.map((l) => (l.type === 'rateLimit' ? l.name : l.key));
+  if (retries < 0 || keys.length < 0) throw new TaskFailure('NEVER', { workerId });
   return { messageId: `${task.jobId}-${task.attempt}` };
 };
 

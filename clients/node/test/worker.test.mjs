@@ -164,6 +164,34 @@ describe('running jobs', () => {
     assert.equal(w.stats.succeeded, 1);
   });
 
+  test("a task carries its job's limits and retry policy, as enqueue takes them", async () => {
+    const group = unique('shape');
+    const key = unique('key');
+    const limits = [{ type: 'concurrency', key, maxConcurrency: 2 }];
+    const withBoth = await client.enqueue(group, {}, { limits, retryPolicy: { retryCount: 2, initialIntervalMs: 50 } });
+    const bare = await client.enqueue(group, {});
+    const seen = new Map();
+    const w = await startWorker({
+      taskGroup: group,
+      handler: async (task) => {
+        seen.set(task.jobId, { limits: task.limits, retryPolicy: task.retryPolicy });
+      },
+    });
+    await waitForStatus([withBoth, bare], ['Succeeded']);
+    await stopWorker(w);
+    const policy = {
+      retryCount: 2, initialIntervalMs: 50, maxIntervalMs: 3600000, backoffFactor: 2, randomizeInterval: false,
+    };
+    assert.deepEqual(seen.get(withBoth), { limits, retryPolicy: policy });
+    assert.deepEqual(seen.get(bare), { limits: [], retryPolicy: null });
+    // silo.jobs (getJob) shows the same, and the values enqueue a job with the same policy and limits
+    const job = await client.getJob(withBoth);
+    assert.deepEqual([job.limits, job.retryPolicy], [limits, policy]);
+    const copy = await client.enqueue(unique('copy'), {}, { limits: job.limits, retryPolicy: job.retryPolicy });
+    const c = await client.getJob(copy);
+    assert.deepEqual([c.limits, c.retryPolicy], [limits, policy]);
+  });
+
   test('cancel: the heartbeat aborts the signal, the worker acknowledges', async () => {
     const group = unique('cancel');
     const id = await client.enqueue(group);
@@ -435,6 +463,7 @@ describe('refresh tasks of floating limits', () => {
       refreshHandler: async (task, ctx) => {
         refreshes.push(task);
         assert.equal(task.kind, 'refresh');
+        assert.equal('limits' in task || 'retryPolicy' in task, false);
         assert.ok(ctx.signal instanceof AbortSignal);
         if (task.queueKey === down) throw new Error('quota API down');
         refreshed.resolve();

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Any, Dict, Literal, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Union
 
 from .errors import InvalidArgumentError
 
@@ -204,6 +204,10 @@ class Job:
     metadata: Dict[str, str]
     cancelled_at: Optional[_dt.datetime]
     """Set when the job was cancelled (also on a job that Succeeded after a cancel)."""
+    limits: Optional[List[Dict[str, Any]]] = None
+    """The job's limits as stored, in enqueue's JSON shape ([] for none; None before silo 1.8)."""
+    retry_policy: Optional[Dict[str, Any]] = None
+    """The job's retry policy with every key given (enqueue's JSON shape), or None for none."""
     extra: Dict[str, Any] = field(default_factory=dict)
     """Columns a later silo adds."""
 
@@ -251,6 +255,12 @@ class Task:
     metadata: Dict[str, str]
     lease_expires_at: _dt.datetime
     kind: str = "run"
+    limits: List[Dict[str, Any]] = field(default_factory=list)
+    """The job's limits in enqueue's JSON shape (normalized: every key given; [] for none). The task
+    holds them already: a handler reads them, it does not acquire them."""
+    retry_policy: Optional[Dict[str, Any]] = None
+    """The job's retry policy with every key given (enqueue's JSON shape), or None when the job has
+    none (its first failure is final). Either can be passed back to enqueue as it is."""
 
 
 @dataclass
@@ -277,7 +287,8 @@ def task_from_row(row: Mapping[str, Any]) -> Union[Task, RefreshTask]:
     return Task(id=str(row["task_id"]), tenant=row["tenant"], job_id=row["job_id"], attempt=row["attempt"],
                 relative_attempt=row["relative_attempt"], is_last_attempt=row["is_last_attempt"],
                 priority=row["priority"], task_group=row["task_group"], payload=row["payload"],
-                metadata=row.get("metadata") or {}, lease_expires_at=row["lease_expires_at"])
+                metadata=row.get("metadata") or {}, lease_expires_at=row["lease_expires_at"],
+                limits=row.get("limits") or [], retry_policy=row.get("retry_policy"))
 
 
 __all__ = [

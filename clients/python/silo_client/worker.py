@@ -53,7 +53,8 @@ from .types import RefreshTask, Task, task_from_row
 log = logging.getLogger("silo_client")
 
 LEASE_COLUMNS = ("task_id, kind, tenant, job_id, attempt, relative_attempt, is_last_attempt, priority, task_group,"
-                 " payload, metadata, lease_expires_at, queue_key, current_max_concurrency, refresh_metadata")
+                 " payload, metadata, lease_expires_at, queue_key, current_max_concurrency, refresh_metadata,"
+                 " limits, retry_policy")
 # columns named, and not prepared under a name: ALTER EXTENSION silo UPDATE may change silo.leased_task
 SQL_LEASE = f"SELECT {LEASE_COLUMNS} FROM silo.lease(%s::text, %s::text, %s::int, %s::int, %s::text[])"
 SQL_COMPLETE_MANY = "SELECT silo.complete_many(%s::uuid[], %s::text, %s::jsonb[])::text AS task_id"

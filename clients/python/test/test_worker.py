@@ -6,7 +6,7 @@ import unittest
 
 from helpers import URL, ErrorSink, all_status, await_for, sql, unique, url_as, value
 from silo_client import (
-    AsyncSiloClient, AsyncSiloWorker, FloatingConcurrencyLimit, JobCancelledError, JobSpec, LeaseLostError,
+    AsyncSiloClient, AsyncSiloWorker, ConcurrencyLimit, FloatingConcurrencyLimit, JobCancelledError, JobSpec, LeaseLostError,
     LeaseOwnerMismatchError,
     RetryPolicy, SiloConnectionError, TaskFailure, WorkerStoppingError,
 )
@@ -52,6 +52,31 @@ class WorkerTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(sorted(seen), sorted(ids))
         self.assertEqual(w.stats.lost, 0)
         self.assertEqual(w.errors, [])
+
+    async def test_task_carries_limits_and_retry_policy(self):
+        group = unique("shape")
+        key = unique("key")
+        limits = [{"type": "concurrency", "key": key, "maxConcurrency": 2}]
+        seen = {}
+
+        async def handler(task, ctx):
+            seen[task.job_id] = (task.limits, task.retry_policy)
+
+        both = await self.client.enqueue(group, limits=[ConcurrencyLimit(key, 2)],
+                                         retry_policy=RetryPolicy(retry_count=2, initial_interval_ms=50))
+        bare = await self.client.enqueue(group)
+        await self.start(task_group=group, handler=handler)
+        await self.wait_status([both, bare], {"Succeeded"})
+        policy = {"retryCount": 2, "initialIntervalMs": 50, "maxIntervalMs": 3600000, "backoffFactor": 2,
+                  "randomizeInterval": False}
+        self.assertEqual(seen[both], (limits, policy))
+        self.assertEqual(seen[bare], ([], None))
+        # get_job (silo.jobs) shows the same; the values enqueue a job with the same policy and limits
+        job = await self.client.get_job(both)
+        self.assertEqual((job.limits, job.retry_policy), (limits, policy))
+        copy = await self.client.enqueue(unique("copy"), limits=job.limits, retry_policy=job.retry_policy)
+        c = await self.client.get_job(copy)
+        self.assertEqual((c.limits, c.retry_policy, c.extra), (limits, policy, {}))
 
     async def test_concurrency_bounds_running_handlers(self):
         group = unique("conc")
