@@ -322,8 +322,9 @@ ok(!@bad, 'every job Succeeded with exactly one attempt')
 
 ok(stop_process($w), 'the worker stops on SIGTERM');
 is($w->{status}, 0, '... with exit status 0');
-like($w->{out}, qr/finished $total jobs \($total succeeded, 0 failed, 0 cancelled, 0 released\)/,
+like($w->{out}, qr/finished $total jobs \($total succeeded, 0 failed, 0 cancelled; 0 of them after retries\)/,
 	"... having completed each of the $total jobs once");
+unlike($w->{out}, qr/\b[1-9]\d* task\(s\) released unfinished/, '... and released none');
 unlike(worker_log(), qr/abandoned/, '... and abandoned no task');
 
 # ---------------------------------------------------------------------------
