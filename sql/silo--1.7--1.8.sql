@@ -18,3 +18,19 @@ BEGIN
 	END IF;
 END
 $$;
+
+/* ---- helper B: import_jobs ---- */
+
+/*
+ * Jobs with their history, from another queue (Silo's ImportJobs;
+ * docs/api.md, "Importing jobs"): one result row per job, in input order.
+ * A job whose id the tenant has is re-imported.
+ */
+CREATE FUNCTION silo.import_jobs(jobs jsonb)
+RETURNS TABLE (id text, tenant text, success boolean, status text, error text, sqlstate text)
+AS 'MODULE_PATHNAME', 'silo_import_jobs'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off;
+
+REVOKE ALL ON FUNCTION silo.import_jobs(jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION silo.import_jobs(jsonb) TO silo_producer, silo_admin;

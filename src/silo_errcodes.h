@@ -38,6 +38,9 @@
 #define ERRCODE_SILO_WRONG_TASK_KIND		MAKE_SQLSTATE('S','L','0','1','0')
 /* SL011: silo.wait_result's timeout passed before the job ended */
 #define ERRCODE_SILO_WAIT_TIMEOUT			MAKE_SQLSTATE('S','L','0','1','1')
+/* SL012: silo.import_jobs cannot re-import an existing job: it is running
+ * (the whole batch is refused), it succeeded, or its history differs */
+#define ERRCODE_SILO_JOB_NOT_REIMPORTABLE	MAKE_SQLSTATE('S','L','0','1','2')
 
 /* SL020: cluster mode: the tenant's shard is owned by another node; the
  * DETAIL is a JSON object naming the owner (docs/cluster.md) */
