@@ -23,7 +23,7 @@ $$;
 
 /*
  * Jobs with their history, from another queue (Silo's ImportJobs;
- * docs/api.md, "Importing jobs"): one result row per job, in input order.
+ * docs/api.md, "silo.import_jobs"): one result row per job, in input order.
  * A job whose id the tenant has is re-imported.
  */
 CREATE FUNCTION silo.import_jobs(jobs jsonb)

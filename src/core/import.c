@@ -5,7 +5,7 @@
  *	  of an imported job, the state its attempts lead to, a new job's rows,
  *	  and the batch.  A job whose id exists is re-imported (reimport.c).
  *
- * The rules are Silo's ImportJobs (docs/api.md, "Importing jobs"): every
+ * The rules are Silo's ImportJobs (docs/api.md, "silo.import_jobs"): every
  * attempt ended, all but the last Failed; no attempts gives a pending
  * job, a last Succeeded or Cancelled attempt that status, a last Failed
  * one Failed when the Failed attempts used up the retry policy, else a

@@ -6,7 +6,7 @@
  *	  new attempts are added, its old scheduling state is cleaned up, and
  *	  it takes the state the whole history leads to (import.c).
  *
- * Silo's rules (docs/api.md, "Importing jobs"): a running job refuses the
+ * Silo's rules (docs/api.md, "silo.import_jobs"): a running job refuses the
  * whole batch; a Succeeded job, a history that does not start with the
  * job's attempts, or one that adds none refuse only this job.  The job
  * keeps its fields but takes the retry policy brought; its cancellation
