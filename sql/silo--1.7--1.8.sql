@@ -19,7 +19,7 @@ BEGIN
 END
 $$;
 
-/* ---- helper A: leased tasks carry limits and retry policy; lease one named job ---- */
+/* ---- Leased tasks carry limits and retry policy; lease one named job ---- */
 
 /*
  * A leased task carries its job's limits (as Silo's Task does) and retry
@@ -77,3 +77,19 @@ LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off ROWS 1;
 REVOKE ALL ON FUNCTION silo.lease_job(text, text, text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION silo.lease_job(text, text, text, integer) TO silo_worker, silo_admin;
+
+/* ---- Import of jobs with their history (silo.import_jobs) ---- */
+
+/*
+ * Jobs with their history, from another queue (Silo's ImportJobs;
+ * docs/api.md, "silo.import_jobs"): one result row per job, in input order.
+ * A job whose id the tenant has is re-imported.
+ */
+CREATE FUNCTION silo.import_jobs(jobs jsonb)
+RETURNS TABLE (id text, tenant text, success boolean, status text, error text, sqlstate text)
+AS 'MODULE_PATHNAME', 'silo_import_jobs'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off;
+
+REVOKE ALL ON FUNCTION silo.import_jobs(jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION silo.import_jobs(jsonb) TO silo_producer, silo_admin;

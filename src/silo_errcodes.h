@@ -40,6 +40,9 @@
 #define ERRCODE_SILO_WAIT_TIMEOUT			MAKE_SQLSTATE('S','L','0','1','1')
 /* SL012: silo.lease_job of a job that has no due task to lease (1.8) */
 #define ERRCODE_SILO_JOB_NOT_LEASABLE		MAKE_SQLSTATE('S','L','0','1','2')
+/* SL013: silo.import_jobs cannot re-import an existing job: it is running
+ * (the whole batch is refused), it succeeded, or its history differs */
+#define ERRCODE_SILO_JOB_NOT_REIMPORTABLE	MAKE_SQLSTATE('S','L','0','1','3')
 
 /* SL020: cluster mode: the tenant's shard is owned by another node; the
  * DETAIL is a JSON object naming the owner (docs/cluster.md) */

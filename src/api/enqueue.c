@@ -68,10 +68,10 @@ silo_enqueue(PG_FUNCTION_ARGS)
 }
 
 /*
- * enqueue_json_string: a required JSON string field as a C string.
+ * silo_json_string_field: a required JSON string field as a C string.
  */
-static char *
-enqueue_json_string(const char *key, JsonbValue *v)
+char *
+silo_json_string_field(const char *key, JsonbValue *v)
 {
 	if (v->type == jbvNull)
 		ereport(ERROR,
@@ -85,13 +85,15 @@ enqueue_json_string(const char *key, JsonbValue *v)
 }
 
 /*
- * enqueue_parse_timestamp: an ISO 8601 start_at from enqueue_many.  The
- * datetime parser leaves no state behind when it fails, so its error can
- * be caught and re-raised as 22023 without a subtransaction.
+ * silo_json_timestamp_field: an ISO 8601 timestamp field (key names it)
+ * of a job object, a JSON string.  The datetime parser leaves no state
+ * behind when it fails, so its error can be caught and re-raised as 22023
+ * without a subtransaction.
  */
-static TimestampTz
-enqueue_parse_timestamp(const char *s)
+TimestampTz
+silo_json_timestamp_field(const char *key, JsonbValue *v)
 {
+	const char *s = silo_json_string_field(key, v);
 	MemoryContext oldcxt = CurrentMemoryContext;
 	volatile TimestampTz result = 0;
 
@@ -111,7 +113,7 @@ enqueue_parse_timestamp(const char *s)
 		FlushErrorState();
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("start_at must be a timestamp such as an ISO 8601 string"),
+				 errmsg("%s must be a timestamp such as an ISO 8601 string", key),
 				 errdetail("%s", edata->message),
 				 errhint("Example: \"2026-11-22T10:00:00Z\".")));
 	}
@@ -120,11 +122,14 @@ enqueue_parse_timestamp(const char *s)
 }
 
 /*
- * enqueue_from_json: fill args from one object of the enqueue_many array.
- * Keys are enqueue's argument names; anything else is rejected.
+ * silo_enqueue_from_json: fill args from one job object (of enqueue_many's
+ * array, or import_jobs').  Keys are enqueue's argument names; extra, if
+ * given, is offered every key first and takes the ones it knows (import's
+ * own); anything else is rejected, with hint listing the keys.
  */
-static void
-enqueue_from_json(JsonbValue *obj, SiloEnqueueArgs *args)
+void
+silo_enqueue_from_json(JsonbValue *obj, SiloEnqueueArgs *args, SiloJobKeyFn extra,
+					   void *extra_arg, const char *hint)
 {
 	JsonbIterator *it;
 	JsonbValue	v;
@@ -160,17 +165,19 @@ enqueue_from_json(JsonbValue *obj, SiloEnqueueArgs *args)
 		if (tok != WJB_VALUE)
 			continue;
 
+		if (extra && extra(key, &v, extra_arg))
+			continue;
 		if (strcmp(key, "task_group") == 0)
 		{
-			args->task_group = enqueue_json_string(key, &v);
+			args->task_group = silo_json_string_field(key, &v);
 			have_group = true;
 		}
 		else if (strcmp(key, "payload") == 0)
 			args->payload = JsonbValueToJsonb(&v);
 		else if (strcmp(key, "tenant") == 0)
-			args->tenant = enqueue_json_string(key, &v);
+			args->tenant = silo_json_string_field(key, &v);
 		else if (strcmp(key, "id") == 0)
-			args->id = v.type == jbvNull ? NULL : enqueue_json_string(key, &v);
+			args->id = v.type == jbvNull ? NULL : silo_json_string_field(key, &v);
 		else if (strcmp(key, "priority") == 0)
 		{
 			double		d;
@@ -193,7 +200,7 @@ enqueue_from_json(JsonbValue *obj, SiloEnqueueArgs *args)
 		}
 		else if (strcmp(key, "start_at") == 0)
 		{
-			args->start_at = enqueue_parse_timestamp(enqueue_json_string(key, &v));
+			args->start_at = silo_json_timestamp_field(key, &v);
 		}
 		else if (strcmp(key, "retry_policy") == 0)
 			silo_parse_retry_policy(v.type == jbvNull ? NULL : JsonbValueToJsonb(&v),
@@ -210,12 +217,12 @@ enqueue_from_json(JsonbValue *obj, SiloEnqueueArgs *args)
 				args->metadata = JsonbValueToJsonb(&v);
 		}
 		else if (strcmp(key, "on_conflict") == 0)
-			args->ignore_conflict = enqueue_parse_on_conflict(enqueue_json_string(key, &v));
+			args->ignore_conflict = enqueue_parse_on_conflict(silo_json_string_field(key, &v));
 		else
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("unknown key \"%s\" in a job object", key),
-					 errhint("Keys are silo.enqueue's argument names: task_group, payload, tenant, id, priority, start_at, retry_policy, limits, metadata, on_conflict.")));
+					 errhint("%s", hint)));
 	}
 	if (!have_group)
 		ereport(ERROR,
@@ -276,7 +283,8 @@ silo_enqueue_many(PG_FUNCTION_ARGS)
 		if (tok != WJB_ELEM)
 			continue;
 		memset(&args, 0, sizeof(args));
-		enqueue_from_json(&v, &args);
+		silo_enqueue_from_json(&v, &args, NULL, NULL,
+							   "Keys are silo.enqueue's argument names: task_group, payload, tenant, id, priority, start_at, retry_policy, limits, metadata, on_conflict.");
 		silo_api_tenant(args.tenant);
 		args.chains = &chains;
 		id = CStringGetTextDatum(silo_enqueue_job(&args));

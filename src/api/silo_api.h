@@ -24,4 +24,12 @@ extern void silo_api_begin(const char *fn, int flags);
 extern void silo_api_require_writable(const char *fn);
 extern void silo_api_tenant(const char *tenant);
 
+/* enqueue.c: job objects, shared by enqueue_many and import_jobs */
+typedef bool (*SiloJobKeyFn) (const char *key, JsonbValue *v, void *arg);
+
+extern void silo_enqueue_from_json(JsonbValue *obj, SiloEnqueueArgs *args, SiloJobKeyFn extra,
+								   void *extra_arg, const char *hint);
+extern char *silo_json_string_field(const char *key, JsonbValue *v);
+extern TimestampTz silo_json_timestamp_field(const char *key, JsonbValue *v);
+
 #endif							/* SILO_API_H */

@@ -78,6 +78,78 @@ extern char *silo_enqueue_job(SiloEnqueueArgs *args);
 extern void silo_enqueue_check(SiloEnqueueArgs *args);
 extern void silo_enqueue_start_chains(List *chains);
 
+/* import.c, reimport.c: jobs with their history (silo.import_jobs) */
+
+/* the most attempts one imported job may bring */
+#define SILO_MAX_IMPORT_ATTEMPTS	1000
+
+typedef struct SiloImportAttempt
+{
+	const char *status;			/* Succeeded, Failed or Cancelled */
+	bool		has_started;	/* started_at was given */
+	TimestampTz started_at;
+	TimestampTz finished_at;
+	char	   *worker_id;		/* NULL: "import" (when it started) */
+	Jsonb	   *result;			/* Succeeded only; NULL: none */
+	char	   *error_code;		/* Failed only, required there */
+	Jsonb	   *error_data;		/* Failed only; NULL: none */
+} SiloImportAttempt;
+
+typedef struct SiloImportJob
+{
+	SiloEnqueueArgs job;		/* enqueue's fields; id required */
+	bool		has_enqueued_at;
+	TimestampTz enqueued_at;
+	int			nattempts;
+	SiloImportAttempt *attempts;
+	/* the job's result, set by silo_import_batch */
+	bool		success;
+	const char *status;			/* as silo.jobs names it; NULL on failure */
+	char	   *error;			/* on failure */
+	const char *sqlstate;
+} SiloImportJob;
+
+/* What a job's imported history leads to (import.c). */
+typedef struct SiloImportOutcome
+{
+	const char *status;			/* job_status.status: Pending or terminal */
+	TimestampTz changed_at;
+	int32		attempt;		/* the status row's attempt numbers */
+	int32		relative_attempt;
+	bool		pending;
+	bool		due;
+	TimestampTz next_attempt_at;	/* pending: its next attempt's start */
+} SiloImportOutcome;
+
+/* Where a pending imported job's next attempt goes (import.c). */
+typedef struct SiloImportTarget
+{
+	char	   *tenant;
+	char	   *id;
+	char	   *task_group;
+	int32		priority;
+	int64		seq;
+	int			nlimits;
+	SiloLimit  *limits;
+	bool		has_hints;
+	ItemPointerData info_tid;
+	ItemPointerData status_tid;
+} SiloImportTarget;
+
+extern void silo_import_check(SiloImportJob *job);
+extern void silo_import_batch(int njobs, SiloImportJob *jobs);
+extern void silo_import_outcome(SiloImportJob *job, const SiloRetryPolicy *policy,
+								int32 first_attempt, TimestampTz now, SiloImportOutcome *out);
+extern const char *silo_import_state_name(const SiloImportOutcome *out, TimestampTz now);
+extern void silo_import_write_attempts(const char *tenant, const char *id, SiloImportJob *job,
+									   int from, int32 first_attempt);
+extern void silo_import_settle(SiloImportTarget *t, SiloImportOutcome *o, Datum task_id,
+							   List **chains);
+extern void silo_import_refuse(SiloImportJob *job, const char *sqlstate, char *error);
+extern void silo_import_running(const char *tenant, const char *id);
+extern void silo_import_new(SiloImportJob *job, TimestampTz now, List **chains);
+extern bool silo_reimport_job(SiloImportJob *job, Datum *key, TimestampTz now, List **chains);
+
 /* schedule.c: recurring jobs */
 typedef struct SiloScheduleArgs
 {

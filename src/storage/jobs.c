@@ -2,8 +2,9 @@
  *
  * jobs.c
  *	  The rows a new job starts with: its job_info row (0x01), its
- *	  job_status row (0x02, Pending, attempt 1), its 0x03 row, and its
- *	  metadata index rows (0x04).  Its first task is written by tasks.c.
+ *	  job_status row (0x02, Pending, attempt 1; an imported job's in the
+ *	  state its history leads to), its 0x03 row, and its metadata index
+ *	  rows (0x04).  Its first task is written by tasks.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -191,6 +192,84 @@ silo_job_insert(const SiloJobRow *row, int64 *seq, bool *has_hints,
 		row->first_task->seq = *seq;
 		silo_task_insert(row->first_task);
 	}
+	return true;
+}
+
+/*
+ * silo_job_insert_imported: write an imported job's job_info, job_status
+ * and 0x03 rows in one statement, in the state its history leads to
+ * (silo.import_jobs): status at changed_at, attempt and relative attempt;
+ * row->task_id (0: none, a terminal job) and row->next_attempt_at are its
+ * pending task's.  False when the tenant already has a job with that id
+ * (nothing written).  *seq, *info_tid and *status_tid as for
+ * silo_job_insert.  Needs the current schema (1.5 on: row hints).  SPI
+ * must be connected.
+ */
+bool
+silo_job_insert_imported(const SiloJobRow *row, const char *status, TimestampTz changed_at,
+						 int32 attempt, int32 relative_attempt, int64 *seq,
+						 ItemPointer info_tid, ItemPointer status_tid)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[20] = {
+		TEXTOID, TEXTOID, TEXTOID, INT2OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+		JSONBOID, INT4OID, INT8OID, INT8OID, FLOAT8OID, BOOLOID, JSONBOID,
+		JSONBOID, UUIDOID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID, INT4OID, INT4OID
+	};
+	Datum		values[20];
+	char		nulls[20];
+	bool		isnull;
+	int			i;
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = CStringGetTextDatum(row->tenant);
+	values[1] = CStringGetTextDatum(row->id);
+	values[2] = CStringGetTextDatum(row->task_group);
+	values[3] = Int16GetDatum((int16) row->priority);
+	values[4] = TimestampTzGetDatum(row->start_at);
+	values[5] = TimestampTzGetDatum(row->enqueued_at);
+	values[6] = JsonbPGetDatum(row->payload);
+	if (row->retry.count < 0)
+	{
+		for (i = 7; i <= 11; i++)
+			nulls[i] = 'n';
+	}
+	else
+	{
+		values[7] = Int32GetDatum(row->retry.count);
+		values[8] = Int64GetDatum(row->retry.initial_ms);
+		values[9] = Int64GetDatum(row->retry.max_ms);
+		values[10] = Float8GetDatum(row->retry.factor);
+		values[11] = BoolGetDatum(row->retry.randomize);
+	}
+	values[12] = JsonbPGetDatum(row->limits);
+	values[13] = JsonbPGetDatum(row->metadata);
+	values[14] = row->task_id;
+	nulls[14] = row->task_id == (Datum) 0 ? 'n' : ' ';
+	values[15] = TimestampTzGetDatum(row->next_attempt_at);
+	nulls[15] = nulls[14];
+	values[16] = CStringGetTextDatum(status);
+	values[17] = TimestampTzGetDatum(changed_at);
+	values[18] = Int32GetDatum(attempt);
+	values[19] = Int32GetDatum(relative_attempt);
+
+	jobs_lock_status();
+	silo_exec(&plan,
+			  JOBS_INFO ", ctid),"
+			  " x AS ("
+			  "  INSERT INTO silo.job_status_index (tenant, status, changed_at, id)"
+			  "  SELECT $1, $17, $18, $2 FROM j RETURNING ctid),"
+			  " s AS ("
+			  "  INSERT INTO silo.job_status (tenant, id, status, changed_at, attempt,"
+			  "    relative_attempt, task_id, next_attempt_at, status_index_tid)"
+			  "  SELECT $1, $2, $17, $18, $19, $20, $15, $16, x.ctid FROM x RETURNING ctid)"
+			  "SELECT j.seq, j.ctid, s.ctid FROM j, s",
+			  20, types, values, nulls, false, 0);
+	if (SPI_processed == 0)
+		return false;
+	*seq = silo_col_int64(0, 1);
+	ItemPointerCopy((ItemPointer) DatumGetPointer(silo_col(0, 2, &isnull)), info_tid);
+	ItemPointerCopy((ItemPointer) DatumGetPointer(silo_col(0, 3, &isnull)), status_tid);
 	return true;
 }
 

@@ -149,6 +149,10 @@ typedef struct SiloJobRow
 
 extern bool silo_job_insert(const SiloJobRow *row, int64 *seq, bool *has_hints,
 							ItemPointer info_tid, ItemPointer status_tid);
+extern bool silo_job_insert_imported(const SiloJobRow *row, const char *status,
+									 TimestampTz changed_at, int32 attempt,
+									 int32 relative_attempt, int64 *seq,
+									 ItemPointer info_tid, ItemPointer status_tid);
 extern void silo_job_metadata_insert(const char *tenant, const char *id, Jsonb *metadata);
 
 /* attempts.c: the one writer of attempt rows and cancellation flags */

@@ -317,6 +317,15 @@ $r = wait_for_end('rl-2', sub { });
 is(status_of($r), 'Failed', 'a rate limit used up: Failed');
 like($r->[0], qr/\|RATE_LIMITED\|/, '... with RATE_LIMITED');
 
+# a re-import whose history ends a pending job (silo.import_jobs, 1.8)
+$node->safe_psql('postgres',
+	q{SELECT silo.enqueue('ends', id => 'imported', start_at => now() + interval '1 hour')});
+$r = wait_for_end('imported', q{SELECT count(*) FROM silo.import_jobs('[{"task_group": "ends",
+	"id": "imported", "attempts": [{"status": "Failed", "finished_at": "2026-01-01T10:00:00Z",
+	"error_code": "OLD_QUEUE"}]}]')});
+is(status_of($r), 'Failed', 'a re-import that ends a pending job: Failed');
+like($r->[0], qr/\|OLD_QUEUE\|/, '... with its last attempt\'s error');
+
 # ended and deleted in one transaction: the waiter finds no job
 $node->safe_psql('postgres', q{SELECT silo.enqueue('ends', id => 'deleted')});
 my $task = $node->safe_psql('postgres', q{SELECT task_id FROM silo.lease('w', 'ends', 1)});

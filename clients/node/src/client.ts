@@ -11,7 +11,7 @@ import {
   InvalidArgumentError, NotTerminalError, WaitTimeoutError, isConnectionError, isStalePlanError, toSiloError,
 } from './errors';
 import type {
-  AwaitResultOptions, EnqueueOptions, Job, JobRef, JobResult, JobSpec,
+  AwaitResultOptions, EnqueueOptions, ImportJobSpec, ImportResult, Job, JobRef, JobResult, JobSpec,
 } from './types';
 import {
   Queryable, camelRow, cancelBackend, jsonParam, poolQuery, sleep,
@@ -62,15 +62,20 @@ function toResult<R>(row: Record<string, unknown>): JobResult<R> {
   };
 }
 
-function startAtParam(v: Date | string): string {
+/** A time given as a Date or an ISO 8601 string, as the JSON string silo reads. */
+function timeParam(name: string, v: Date | string): string {
   if (typeof v !== 'string' && !(v instanceof Date)) {
-    throw new InvalidArgumentError('startAt must be a Date or an ISO 8601 string', { code: '22023' });
+    throw new InvalidArgumentError(`${name} must be a Date or an ISO 8601 string`, { code: '22023' });
   }
   if (v instanceof Date) {
-    if (Number.isNaN(v.getTime())) throw new InvalidArgumentError('startAt must be a valid Date', { code: '22023' });
+    if (Number.isNaN(v.getTime())) throw new InvalidArgumentError(`${name} must be a valid Date`, { code: '22023' });
     return v.toISOString();
   }
   return v;
+}
+
+function startAtParam(v: Date | string): string {
+  return timeParam('startAt', v);
 }
 
 /** The job object of silo.enqueue_many for one JobSpec. */
@@ -86,6 +91,24 @@ function jobObject(spec: JobSpec): Record<string, unknown> {
     limits: spec.limits,
     metadata: spec.metadata,
     on_conflict: spec.onConflict,
+  };
+}
+
+/** The job object of silo.import_jobs for one ImportJobSpec. */
+function importObject(spec: ImportJobSpec): Record<string, unknown> {
+  const { on_conflict: _ignored, ...job } = jobObject(spec as JobSpec);
+  return {
+    ...job,
+    enqueued_at: spec.enqueuedAt === undefined ? undefined : timeParam('enqueuedAt', spec.enqueuedAt),
+    attempts: spec.attempts?.map((a) => ({
+      status: a.status,
+      finished_at: timeParam('finishedAt', a.finishedAt),
+      started_at: a.startedAt === undefined ? undefined : timeParam('startedAt', a.startedAt),
+      worker_id: a.workerId,
+      result: a.result,
+      error_code: a.errorCode,
+      error_data: a.errorData,
+    })),
   };
 }
 
@@ -176,6 +199,32 @@ export class SiloClient {
       'SELECT e.id FROM silo.enqueue_many($1::jsonb) WITH ORDINALITY AS e(id, n) ORDER BY e.n',
       [JSON.stringify(jobs.map(jobObject))], 'silo_enqueue_many');
     return rows.map((r) => r.id);
+  }
+
+  /**
+   * Import jobs from another queue with their attempt history
+   * (silo.import_jobs, silo 1.8), each in the state its history leads to.
+   * Returns one result per job, in the order given.  Invalid input, a tenant
+   * the role may not act in, or a running job among them refuses the whole
+   * call (an error; no job imported: NotReimportableError for a running
+   * job); a refused re-import of one job is that job's result (success
+   * false) and the others are imported.
+   */
+  async importJobs(jobs: ImportJobSpec[]): Promise<ImportResult[]> {
+    if (jobs.length === 0) return [];
+    const rows = await this.query<Record<string, unknown>>(
+      'SELECT r.id, r.tenant, r.success, r.status, r.error, r.sqlstate'
+      + ' FROM silo.import_jobs($1::jsonb) WITH ORDINALITY AS r(id, tenant, success, status, error, sqlstate, n)'
+      + ' ORDER BY r.n',
+      [JSON.stringify(jobs.map(importObject))], 'silo_import_jobs');
+    return rows.map((r) => ({
+      id: r.id as string,
+      tenant: r.tenant as string,
+      success: r.success as boolean,
+      status: (r.status ?? null) as ImportResult['status'],
+      error: (r.error ?? null) as string | null,
+      sqlstate: (r.sqlstate ?? null) as string | null,
+    }));
   }
 
   /** The job's row of silo.jobs, or null when there is no such job. */

@@ -19,6 +19,7 @@ export const SQLSTATE = {
   INTERNAL_INCONSISTENCY: 'SL009',
   WRONG_TASK_KIND: 'SL010',
   WAIT_TIMEOUT: 'SL011',
+  JOB_NOT_REIMPORTABLE: 'SL013',
   NOT_OWNER: 'SL020',
   SHARD_UNAVAILABLE: 'SL021',
   NULL_VALUE_NOT_ALLOWED: '22004',
@@ -93,6 +94,11 @@ export class InconsistencyError extends SiloError {}
 export class WrongTaskKindError extends SiloError {}
 /** SL011 (or the library's own deadline): the job did not end in time. */
 export class WaitTimeoutError extends SiloError {}
+/**
+ * SL013 (silo 1.8): importJobs met a running job, so no job of the call was
+ * imported (a refused re-import of one job is that job's result instead).
+ */
+export class NotReimportableError extends SiloError {}
 
 /** SL020, cluster mode: the tenant's shard is owned by another node. */
 export class NotOwnerError extends SiloError {
@@ -207,6 +213,7 @@ const BY_CODE: Record<string, ErrorClass> = {
   SL009: InconsistencyError,
   SL010: WrongTaskKindError,
   SL011: WaitTimeoutError,
+  SL013: NotReimportableError,
   SL020: NotOwnerError,
   SL021: ShardUnavailableError,
   '22004': InvalidArgumentError,

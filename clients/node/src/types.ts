@@ -92,6 +92,50 @@ export interface JobSpec<P = unknown> extends EnqueueOptions {
   payload?: P;
 }
 
+/** One attempt a job had in the queue it comes from (SiloClient.importJobs). */
+export interface ImportAttempt {
+  /** Only attempts that ended; every attempt but the last must be Failed. */
+  status: 'Succeeded' | 'Failed' | 'Cancelled';
+  /** When it ended (not in the future, not before the attempt before it). */
+  finishedAt: Date | string;
+  /** When it started; left out, the attempt never started. */
+  startedAt?: Date | string;
+  /** Needs startedAt; 'import' when left out. */
+  workerId?: string;
+  /** Succeeded only. */
+  result?: Json;
+  /** Failed only, and required there (1-256 characters). */
+  errorCode?: string;
+  /** Failed only. */
+  errorData?: Json;
+}
+
+/**
+ * One job of SiloClient.importJobs: an enqueue's fields, its id (required)
+ * and its history.  A job whose id the tenant has is re-imported: attempts
+ * must then be its whole history, starting with the attempts silo holds.
+ */
+export interface ImportJobSpec<P = unknown> extends Omit<JobSpec<P>, 'id' | 'onConflict'> {
+  id: string;
+  /** When the job was first enqueued (default: now). */
+  enqueuedAt?: Date | string;
+  /** Oldest first; none: the job runs as after an enqueue. */
+  attempts?: ImportAttempt[];
+}
+
+/** What SiloClient.importJobs says of one job, in the order given. */
+export interface ImportResult {
+  id: string;
+  tenant: string;
+  success: boolean;
+  /** The job's state after the import, as silo.jobs names it; null when refused. */
+  status: JobStatus | null;
+  /** Why the job was refused (nothing of it written); null on success. */
+  error: string | null;
+  /** SL013 (a refused re-import) or 23505; null on success. */
+  sqlstate: string | null;
+}
+
 export type JobStatus =
   | 'Scheduled' | 'Retrying' | 'Waiting' | 'Running'
   | 'Succeeded' | 'Failed' | 'Cancelled';

@@ -7,7 +7,7 @@ import pg from 'pg';
 import {
   AlreadyCancelledError, AlreadyTerminalError, ConflictError, ConnectionError, DuplicateJobError,
   FeatureNotSupportedError, InconsistencyError, QueryCanceledError, UndefinedFunctionError, InvalidArgumentError, LeaseNotFoundError, LeaseOwnerMismatchError,
-  NotExpeditableError, NotFoundError, NotOwnerError, NotRestartableError, NotTerminalError,
+  NotExpeditableError, NotFoundError, NotOwnerError, NotReimportableError, NotRestartableError, NotTerminalError,
   PermissionDeniedError, PrerequisiteError, ShardUnavailableError, SiloClient, SiloError,
   TransactionStateError, WaitTimeoutError, WrongTaskKindError, toSiloError,
 } from '../dist/index.js';
@@ -165,6 +165,61 @@ describe('enqueueMany', () => {
       { taskGroup: group, priority: 500 },
     ]), (e) => e instanceof InvalidArgumentError && /job 1 of the jobs array/.test(e.where ?? ''));
     assert.equal(await client.getJob(id), null);
+  });
+});
+
+describe('importJobs', () => {
+  test('jobs with their history: states, attempts, results in input order', async () => {
+    const group = unique('imp');
+    const [done, retry, fresh] = [unique('done'), unique('retry'), unique('fresh')];
+    const results = await client.importJobs([
+      {
+        taskGroup: group, id: done, payload: { n: 1 }, enqueuedAt: '2026-01-01T09:00:00Z',
+        attempts: [
+          { status: 'Failed', startedAt: new Date('2026-01-01T10:00:00Z'), finishedAt: '2026-01-01T10:01:00Z',
+            errorCode: 'E1', errorData: { why: 'flaky' }, workerId: 'old' },
+          { status: 'Succeeded', finishedAt: new Date('2026-01-01T10:06:00Z'), result: { sum: 42 } },
+        ],
+      },
+      {
+        taskGroup: group, id: retry, retryPolicy: { retryCount: 2 }, startAt: new Date(Date.now() + 3_600_000),
+        attempts: [{ status: 'Failed', finishedAt: '2026-01-01T10:01:00Z', errorCode: 'E1' }],
+      },
+      { taskGroup: group, id: fresh },
+    ]);
+    assert.deepEqual(results.map((r) => [r.id, r.success, r.status, r.error, r.sqlstate]), [
+      [done, true, 'Succeeded', null, null],
+      [retry, true, 'Retrying', null, null],
+      [fresh, true, 'Waiting', null, null],
+    ]);
+    const r = await client.getJobResult(done);
+    assert.deepEqual(r.result, { sum: 42 });
+    assert.equal(r.finishedAt.toISOString(), '2026-01-01T10:06:00.000Z');
+    assert.equal((await client.getJob(retry)).currentAttempt, 2);
+    assert.equal(await value('SELECT count(*)::int FROM silo.attempts WHERE job_id = $1', [done]), 2);
+    assert.deepEqual(await client.importJobs([]), []);
+  });
+
+  test('a refused re-import is its result; a running job refuses the call', async () => {
+    const group = unique('imp');
+    const [done, other] = [unique('done'), unique('other')];
+    await client.importJobs([{ taskGroup: group, id: done,
+      attempts: [{ status: 'Succeeded', finishedAt: '2026-01-01T10:00:00Z' }] }]);
+    const results = await client.importJobs([
+      { taskGroup: group, id: done, attempts: [
+        { status: 'Failed', finishedAt: '2026-01-01T09:00:00Z', errorCode: 'E' },
+        { status: 'Succeeded', finishedAt: '2026-01-01T10:00:00Z' }] },
+      { taskGroup: group, id: other },
+    ]);
+    assert.deepEqual(results.map((x) => [x.success, x.sqlstate, x.error]),
+      [[false, 'SL013', 'job already succeeded'], [true, null, null]]);
+    await leaseOne(group);
+    const third = unique('third');
+    await assert.rejects(client.importJobs([{ taskGroup: group, id: third }, { taskGroup: group, id: other }]),
+      (e) => e instanceof NotReimportableError && e.code === 'SL013');
+    assert.equal(await client.getJob(third), null);
+    await assert.rejects(client.importJobs([{ taskGroup: group, id: third, attempts: [{ status: 'Running', finishedAt: '2026-01-01T10:00:00Z' }] }]),
+      (e) => e instanceof InvalidArgumentError && /job 0 of the jobs array/.test(e.where ?? ''));
   });
 });
 
@@ -419,7 +474,8 @@ describe('error mapping', () => {
     ['SL001', LeaseNotFoundError], ['SL002', LeaseOwnerMismatchError], ['SL003', NotFoundError],
     ['SL004', NotTerminalError], ['SL005', AlreadyCancelledError], ['SL006', AlreadyTerminalError],
     ['SL007', NotRestartableError], ['SL008', NotExpeditableError], ['SL009', InconsistencyError],
-    ['SL010', WrongTaskKindError], ['SL011', WaitTimeoutError], ['SL020', NotOwnerError],
+    ['SL010', WrongTaskKindError], ['SL011', WaitTimeoutError], ['SL013', NotReimportableError],
+    ['SL020', NotOwnerError],
     ['SL021', ShardUnavailableError], ['22004', InvalidArgumentError], ['22023', InvalidArgumentError],
     ['23505', DuplicateJobError], ['42501', PermissionDeniedError], ['25000', TransactionStateError],
     ['25001', TransactionStateError], ['25006', TransactionStateError], ['55000', PrerequisiteError],

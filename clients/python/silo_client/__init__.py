@@ -10,12 +10,12 @@ from .errors import (
     SQLSTATE, AlreadyCancelledError, AlreadyTerminalError, ConflictError, DuplicateJobError,
     FeatureNotSupportedError, InconsistencyError, InvalidArgumentError, JobCancelledError, LeaseLostError,
     LeaseNotFoundError, LeaseOwnerMismatchError, NotExpeditableError, NotFoundError, NotOwnerError,
-    NotRestartableError, NotTerminalError, PermissionDeniedError, PrerequisiteError, QueryCanceledError,
+    NotReimportableError, NotRestartableError, NotTerminalError, PermissionDeniedError, PrerequisiteError, QueryCanceledError,
     ShardUnavailableError, SiloConnectionError, SiloError, TransactionStateError, UndefinedFunctionError,
     WaitTimeoutError, WorkerStoppingError, WrongTaskKindError, is_connection_error, to_silo_error,
 )
 from .types import (
-    UNSET, ConcurrencyLimit, FloatingConcurrencyLimit, Job, JobResult, JobSpec, RateLimit, RateLimitRetryPolicy,
+    UNSET, ConcurrencyLimit, FloatingConcurrencyLimit, ImportResult, Job, JobResult, JobSpec, RateLimit, RateLimitRetryPolicy,
     RefreshTask, RetryPolicy, Task,
 )
 from .worker import (
@@ -27,12 +27,12 @@ __version__ = "0.1.0"
 __all__ = [
     "SiloClient", "AsyncSiloClient", "SiloWorker", "AsyncSiloWorker", "TaskContext", "TaskFailure",
     "WorkerErrorContext", "WorkerStats",
-    "UNSET", "ConcurrencyLimit", "FloatingConcurrencyLimit", "Job", "JobResult", "JobSpec", "RateLimit",
+    "UNSET", "ConcurrencyLimit", "FloatingConcurrencyLimit", "ImportResult", "Job", "JobResult", "JobSpec", "RateLimit",
     "RateLimitRetryPolicy", "RefreshTask", "RetryPolicy", "Task",
     "SQLSTATE", "SiloError", "AlreadyCancelledError", "AlreadyTerminalError", "ConflictError", "DuplicateJobError",
     "FeatureNotSupportedError", "InconsistencyError", "InvalidArgumentError", "JobCancelledError",
     "LeaseLostError", "LeaseNotFoundError", "LeaseOwnerMismatchError", "NotExpeditableError", "NotFoundError",
-    "NotOwnerError", "NotRestartableError", "NotTerminalError", "PermissionDeniedError", "PrerequisiteError",
+    "NotOwnerError", "NotReimportableError", "NotRestartableError", "NotTerminalError", "PermissionDeniedError", "PrerequisiteError",
     "QueryCanceledError", "ShardUnavailableError", "SiloConnectionError", "TransactionStateError",
     "UndefinedFunctionError", "WaitTimeoutError", "WorkerStoppingError", "WrongTaskKindError",
     "is_connection_error", "to_silo_error",

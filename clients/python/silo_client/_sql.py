@@ -13,7 +13,7 @@ import json
 from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import InvalidArgumentError
-from .types import UNSET, JobSpec, _to_json, job_object, start_at_param
+from .types import UNSET, JobSpec, _to_json, import_object, job_object, start_at_param
 
 Stmt = Tuple[str, List[Any], Optional[bool]]
 
@@ -54,6 +54,13 @@ def enqueue(task_group: str, payload: Any, tenant: Optional[str], id: Optional[s
 def enqueue_many(jobs: Sequence[Union[JobSpec, Mapping[str, Any]]]) -> Stmt:
     return ("SELECT e.id FROM silo.enqueue_many(%s::jsonb) WITH ORDINALITY AS e(id, n) ORDER BY e.n",
             [dumps([job_object(j) for j in jobs])], None)
+
+
+def import_jobs(jobs: Sequence[Mapping[str, Any]]) -> Stmt:
+    return ("SELECT r.id, r.tenant, r.success, r.status, r.error, r.sqlstate"
+            " FROM silo.import_jobs(%s::jsonb) WITH ORDINALITY"
+            " AS r(id, tenant, success, status, error, sqlstate, n) ORDER BY r.n",
+            [dumps([import_object(j) for j in jobs])], None)
 
 
 def get_job(id: str, tenant: str) -> Stmt:

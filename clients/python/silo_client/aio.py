@@ -18,7 +18,7 @@ from . import _sql
 from ._pool import AsyncPool
 from .client import WAIT_RESULT_RECHECK_S
 from .errors import NotTerminalError, WaitTimeoutError, to_silo_error
-from .types import UNSET, Job, JobResult, JobSpec, Limit, RetryPolicy
+from .types import UNSET, ImportResult, Job, JobResult, JobSpec, Limit, RetryPolicy
 from .worker import AsyncSiloWorker
 
 __all__ = ["AsyncSiloClient", "AsyncSiloWorker"]
@@ -86,6 +86,21 @@ class AsyncSiloClient:
         if not jobs:
             return []
         return [r["id"] for r in await self._query(_sql.enqueue_many(jobs))]
+
+    async def import_jobs(self, jobs: Sequence[Mapping[str, Any]]) -> List[ImportResult]:
+        """Import jobs from another queue with their attempt history (silo.import_jobs, silo 1.8).
+
+        Each job is a dict in silo's key names (docs/api.md, "silo.import_jobs"): enqueue's,
+        with ``id`` required, ``enqueued_at`` and ``attempts`` (dicts with ``status``,
+        ``finished_at``, ``started_at``, ``worker_id``, ``result``, ``error_code``,
+        ``error_data``); times may be timezone-aware datetimes.  Returns one ImportResult per
+        job, in order.  Invalid input, a tenant the role may not act in, or a running job
+        among them refuses the whole call (an error, no job imported: NotReimportableError for
+        a running job); a refused re-import of one job is its result (success False).
+        """
+        if not jobs:
+            return []
+        return [ImportResult.from_row(r) for r in await self._query(_sql.import_jobs(jobs))]
 
     async def get_job(self, id: str, *, tenant: str = "-") -> Optional[Job]:
         rows = await self._query(_sql.get_job(id, tenant))

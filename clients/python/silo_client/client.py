@@ -17,7 +17,7 @@ from psycopg.rows import dict_row
 from . import _sql
 from ._pool import Pool
 from .errors import NotTerminalError, WaitTimeoutError, to_silo_error
-from .types import UNSET, Job, JobResult, JobSpec, Limit, RetryPolicy
+from .types import UNSET, ImportResult, Job, JobResult, JobSpec, Limit, RetryPolicy
 
 #: How long has_wait_result() trusts a "no" (silo may be updated meanwhile).
 WAIT_RESULT_RECHECK_S = 60.0
@@ -99,6 +99,21 @@ class SiloClient:
         return [r["id"] for r in self._query(_sql.enqueue_many(jobs))]
 
     # -- looking and changing ------------------------------------------------
+
+    def import_jobs(self, jobs: Sequence[Mapping[str, Any]]) -> List[ImportResult]:
+        """Import jobs from another queue with their attempt history (silo.import_jobs, silo 1.8).
+
+        Each job is a dict in silo's key names (docs/api.md, "silo.import_jobs"): enqueue's,
+        with ``id`` required, ``enqueued_at`` and ``attempts`` (dicts with ``status``,
+        ``finished_at``, ``started_at``, ``worker_id``, ``result``, ``error_code``,
+        ``error_data``); times may be timezone-aware datetimes.  Returns one ImportResult per
+        job, in order.  Invalid input, a tenant the role may not act in, or a running job
+        among them refuses the whole call (an error, no job imported: NotReimportableError for
+        a running job); a refused re-import of one job is its result (success False).
+        """
+        if not jobs:
+            return []
+        return [ImportResult.from_row(r) for r in self._query(_sql.import_jobs(jobs))]
 
     def get_job(self, id: str, *, tenant: str = "-") -> Optional[Job]:
         """The job's row of silo.jobs, or None when there is no such job."""

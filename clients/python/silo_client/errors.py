@@ -30,6 +30,7 @@ class SQLSTATE:
     INTERNAL_INCONSISTENCY = "SL009"
     WRONG_TASK_KIND = "SL010"
     WAIT_TIMEOUT = "SL011"
+    JOB_NOT_REIMPORTABLE = "SL013"
     NOT_OWNER = "SL020"
     SHARD_UNAVAILABLE = "SL021"
     NULL_VALUE_NOT_ALLOWED = "22004"
@@ -113,6 +114,12 @@ class WrongTaskKindError(SiloError):
 
 class WaitTimeoutError(SiloError, TimeoutError):
     """SL011 (or the library's own deadline): the job did not end in time."""
+
+
+class NotReimportableError(SiloError):
+    """SL013 (silo 1.8): import_jobs met a running job, so no job of the call was imported.
+
+    A refused re-import of one job is that job's ImportResult instead."""
 
 
 class NotOwnerError(SiloError):
@@ -235,6 +242,7 @@ BY_CODE: Dict[str, Type[SiloError]] = {
     "SL009": InconsistencyError,
     "SL010": WrongTaskKindError,
     "SL011": WaitTimeoutError,
+    "SL013": NotReimportableError,
     "SL020": NotOwnerError,
     "SL021": ShardUnavailableError,
     "22004": InvalidArgumentError,

@@ -237,6 +237,51 @@ class JobResult:
                    error_data=row.get("error_data"), finished_at=row["finished_at"])
 
 
+_IMPORT_TIMES = ("start_at", "enqueued_at")
+_ATTEMPT_TIMES = ("started_at", "finished_at")
+
+
+def _time_param(name: str, v: Any) -> Any:
+    """A time of an imported job as an ISO 8601 string (a datetime must carry its time zone)."""
+    if isinstance(v, _dt.datetime):
+        if v.tzinfo is None or v.utcoffset() is None:
+            raise InvalidArgumentError(f"{name} must be a timezone-aware datetime", code="22023")
+        return v.isoformat()
+    return v
+
+
+def import_object(job: Mapping[str, Any]) -> Dict[str, Any]:
+    """The job object of silo.import_jobs for one dict in silo's key names (datetimes made ISO 8601)."""
+    d = job_object(job)
+    for k in _IMPORT_TIMES:
+        if d.get(k) is not None:
+            d[k] = _time_param(k, d[k])
+    if d.get("attempts") is not None:
+        d["attempts"] = [{k: (_time_param(k, v) if k in _ATTEMPT_TIMES else v)
+                          for k, v in a.items() if v is not None} for a in d["attempts"]]
+    return d
+
+
+@dataclass
+class ImportResult:
+    """What import_jobs says of one job (a row of silo.import_jobs), in the order given."""
+
+    id: str
+    tenant: str
+    success: bool
+    status: Optional[str]
+    """The job's state after the import, as silo.jobs names it; None when refused."""
+    error: Optional[str]
+    """Why the job was refused (nothing of it written); None on success."""
+    sqlstate: Optional[str]
+    """SL013 (a refused re-import) or 23505; None on success."""
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "ImportResult":
+        return cls(id=row["id"], tenant=row["tenant"], success=row["success"], status=row.get("status"),
+                   error=row.get("error"), sqlstate=row.get("sqlstate"))
+
+
 @dataclass
 class Task:
     """A run task handed to a worker's handler (a row of silo.lease of kind 'run')."""

@@ -64,6 +64,12 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         self.assertFalse(await c.delete_job(jid))
         with self.assertRaises(NotFoundError):
             await c.cancel(jid)
+        # import_jobs (silo 1.8): a job with its history
+        imp = unique("imp")
+        res = await c.import_jobs([{"task_group": group, "id": imp, "attempts": [
+            {"status": "Succeeded", "finished_at": "2026-01-01T10:00:00Z", "result": 7}]}])
+        self.assertEqual([(r.id, r.success, r.status) for r in res], [(imp, True, "Succeeded")])
+        self.assertEqual((await c.get_job_result(imp)).result, 7)
 
     async def test_await_result_wakes_on_completion(self):
         c = self.client

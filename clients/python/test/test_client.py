@@ -11,7 +11,7 @@ from helpers import URL, job_status, sql, unique, url_as, value, wait_for
 from silo_client import (
     AlreadyCancelledError, AlreadyTerminalError, ConcurrencyLimit, DuplicateJobError, InvalidArgumentError, JobSpec,
     LeaseNotFoundError, LeaseOwnerMismatchError, NotExpeditableError, NotFoundError, NotOwnerError,
-    NotRestartableError, NotTerminalError, PermissionDeniedError, RetryPolicy, SiloClient, SiloConnectionError,
+    NotReimportableError, NotRestartableError, NotTerminalError, PermissionDeniedError, RetryPolicy, SiloClient, SiloConnectionError,
     SiloError, TransactionStateError, WaitTimeoutError, to_silo_error,
 )
 from silo_client.errors import ConflictError, ShardUnavailableError
@@ -116,6 +116,56 @@ class ClientTest(unittest.TestCase):
             c.enqueue_many([JobSpec(group), JobSpec(group, priority=500)])
         self.assertIn("job 1 of the jobs array", cm.exception.where or "")
         self.assertEqual(value("SELECT count(*) FROM silo.jobs WHERE task_group = %s", (group,)), 0)
+
+    # -- import_jobs (silo 1.8) ----------------------------------------------
+
+    def test_import_jobs(self):
+        c = self.client
+        group = unique("imp")
+        done, retry, fresh = unique("done"), unique("retry"), unique("fresh")
+        res = c.import_jobs([
+            {"task_group": group, "id": done, "payload": {"n": 1},
+             "enqueued_at": dt.datetime(2026, 1, 1, 9, tzinfo=dt.timezone.utc),
+             "attempts": [
+                 {"status": "Failed", "started_at": "2026-01-01T10:00:00Z",
+                  "finished_at": dt.datetime(2026, 1, 1, 10, 1, tzinfo=dt.timezone.utc),
+                  "error_code": "E1", "error_data": {"why": "flaky"}},
+                 {"status": "Succeeded", "finished_at": "2026-01-01T10:06:00Z", "result": {"sum": 42}}]},
+            {"task_group": group, "id": retry, "retry_policy": {"retryCount": 2},
+             "start_at": dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1),
+             "attempts": [{"status": "Failed", "finished_at": "2026-01-01T10:01:00Z", "error_code": "E1"}]},
+            {"task_group": group, "id": fresh},
+        ])
+        self.assertEqual([(r.id, r.success, r.status, r.error, r.sqlstate) for r in res], [
+            (done, True, "Succeeded", None, None),
+            (retry, True, "Retrying", None, None),
+            (fresh, True, "Waiting", None, None),
+        ])
+        r = c.get_job_result(done)
+        self.assertEqual((r.result, r.finished_at), ({"sum": 42}, dt.datetime(2026, 1, 1, 10, 6, tzinfo=dt.timezone.utc)))
+        self.assertEqual(c.get_job(retry).current_attempt, 2)
+        self.assertEqual(value("SELECT count(*) FROM silo.attempts WHERE job_id = %s", (done,)), 2)
+        self.assertEqual(c.import_jobs([]), [])
+        # a refused re-import is that job's result; the other job is imported
+        other = unique("other")
+        res = c.import_jobs([
+            {"task_group": group, "id": done, "attempts": [
+                {"status": "Failed", "finished_at": "2026-01-01T09:00:00Z", "error_code": "E"},
+                {"status": "Succeeded", "finished_at": "2026-01-01T10:00:00Z"}]},
+            {"task_group": group, "id": other},
+        ])
+        self.assertEqual([(x.success, x.sqlstate, x.error) for x in res],
+                         [(False, "SL013", "job already succeeded"), (True, None, None)])
+        # a running job refuses the whole call
+        sql("SELECT count(*) FROM silo.lease('w-test', %s, 5, 30000)", (group,))
+        third = unique("third")
+        with self.assertRaises(NotReimportableError) as cm:
+            c.import_jobs([{"task_group": group, "id": third}, {"task_group": group, "id": fresh}])
+        self.assertEqual(cm.exception.code, "SL013")
+        self.assertIsNone(c.get_job(third))
+        with self.assertRaises(InvalidArgumentError):
+            c.import_jobs([{"task_group": group, "id": third,
+                            "attempts": [{"status": "Running", "finished_at": "2026-01-01T10:00:00Z"}]}])
 
     # -- job operations ----------------------------------------------------
 
