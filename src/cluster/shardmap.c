@@ -356,8 +356,10 @@ silo_cluster_serves_tenant(const char *tenant)
  * silo_cluster_owns_tenant: whether the tenant's shard is this node's --
  * served, or paused for a move away -- for the views, which show the rows
  * of the node's own shards and not a copy arriving or one left behind by
- * a move.  Takes no lock: a view reads rows, it does not change a shard's
- * data.  Always true in single-node mode.
+ * a move.  Takes no shard lock (a view reads rows, it does not change a
+ * shard's data), only the map's LWLock in shared mode to read it.  Always
+ * true in single-node mode; in cluster mode false for every tenant until
+ * the coordinator has loaded the map.
  */
 bool
 silo_cluster_owns_tenant(const char *tenant)

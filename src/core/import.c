@@ -19,6 +19,7 @@
 #include "silo_core.h"
 
 #include "catalog/pg_type.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
@@ -394,19 +395,23 @@ import_check_unique(int njobs, SiloImportJob *jobs)
 	HTAB	   *seen;
 	int			i;
 
+	/* the limits count characters: a key holds them in the longest encoding */
+	int			keysize = (SILO_MAX_TENANT_LEN + SILO_MAX_ID_LEN) *
+	pg_database_encoding_max_length() + 2;
+
 	memset(&ctl, 0, sizeof(ctl));
-	ctl.keysize = SILO_MAX_TENANT_LEN + SILO_MAX_ID_LEN + 2;
+	ctl.keysize = keysize;
 	ctl.entrysize = ctl.keysize;
 	ctl.hcxt = CurrentMemoryContext;
 	seen = hash_create("silo import ids", Max(njobs, 16), &ctl,
 					   HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 	for (i = 0; i < njobs; i++)
 	{
-		char		key[SILO_MAX_TENANT_LEN + SILO_MAX_ID_LEN + 2];
+		char	   *key = palloc0(keysize);
 		bool		found;
 
 		/* names hold no control characters (silo_check_name) */
-		snprintf(key, sizeof(key), "%s\x01%s", jobs[i].job.tenant, jobs[i].job.id);
+		snprintf(key, keysize, "%s\x01%s", jobs[i].job.tenant, jobs[i].job.id);
 		hash_search(seen, key, HASH_ENTER, &found);
 		if (found)
 			ereport(ERROR,

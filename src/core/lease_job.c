@@ -137,11 +137,33 @@ lease_job_check(LeaseJobState *st, TimestampTz now)
 	if (st->running)
 		lease_job_refuse("job is running",
 						 "Its current task is leased by a worker.", NULL);
-	if (!st->has_task || st->next_attempt_at > now)
+	if (!st->has_task)
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_INTERNAL),
+				 errmsg("job is waiting but has no task"),
+				 errdetail("Its status row names no current task.")));
+	if (st->next_attempt_at > now)
 		lease_job_refuse("job is not due yet",
 						 psprintf("The job is %s: its task starts later.",
 								  st->relative_attempt > 1 ? "Retrying" : "Scheduled"),
 						 "silo.expedite makes it due now.");
+}
+
+/*
+ * lease_job_owe_mark: a due task leaves task_ready: should this
+ * transaction roll back, it comes back below the marks (the group's and
+ * the tenant's), which the lease owes then.  Owing twice is harmless.
+ */
+static void
+lease_job_owe_mark(SiloTable *task, const char *task_group, const char *tenant)
+{
+	bool		isnull;
+	SiloMarkKey mark;
+
+	if (!DatumGetBool(silo_table_get(task, LJ_DUE, &isnull)))
+		return;
+	silo_lease_row_key(task, &mark);
+	silo_mark_owe(task_group, strcmp(tenant, "-") == 0 ? "" : tenant, &mark, false);
 }
 
 /*
@@ -212,7 +234,7 @@ silo_lease_one_job(ReturnSetInfo *rsinfo, const char *worker_id, const char *ten
 	pk[4] = key[1];
 	pk[5] = Int32GetDatum(st.attempt);
 	d = silo_direct_begin();
-	task = silo_table_open(d, "task", lease_job_task_cols, LT_NCOLS + 1, "task_pkey",
+	task = silo_table_open(d, "task", lease_job_task_cols, LT_NCOLS + 1, NULL,
 						   SILO_TABLE_DELETE);
 	if (!silo_table_fetch(task, 6, pk) ||
 		!datumIsEqual(silo_table_get(task, LT_TASK_ID, &isnull), st.task_id, false, UUID_LEN))
@@ -221,18 +243,22 @@ silo_lease_one_job(ReturnSetInfo *rsinfo, const char *worker_id, const char *ten
 		lease_job_missing(&st, tenant, id);
 	}
 
-	/*
-	 * A due task leaves task_ready: should this transaction roll back, it
-	 * comes back below the marks (the group's and the tenant's).
-	 */
-	if (DatumGetBool(silo_table_get(task, LJ_DUE, &isnull)))
-	{
-		SiloMarkKey mark;
-
-		silo_lease_row_key(task, &mark);
-		silo_mark_owe(st.task_group, strcmp(tenant, "-") == 0 ? "" : tenant, &mark, false);
-	}
 	silo_lease_begin(&w, d, rsinfo, worker_id, now, expires);
-	(void) silo_lease_take_row(&w, task);
+	lease_job_owe_mark(task, st.task_group, tenant);
+	if (!silo_lease_take_row(&w, task))
+	{
+		/*
+		 * Held by another transaction, or changed since the snapshot (the
+		 * broker promoted it a moment ago): look once more with a new
+		 * snapshot.  A task still held is another transaction's: no row.
+		 */
+		silo_direct_new_snapshot(d);
+		if (silo_table_fetch(task, 6, pk) &&
+			datumIsEqual(silo_table_get(task, LT_TASK_ID, &isnull), st.task_id, false, UUID_LEN))
+		{
+			lease_job_owe_mark(task, st.task_group, tenant);
+			(void) silo_lease_take_row(&w, task);
+		}
+	}
 	silo_direct_end(d);
 }

@@ -255,7 +255,7 @@ silo_job_insert_imported(const SiloJobRow *row, const char *status, TimestampTz 
 
 	jobs_lock_status();
 	silo_exec(&plan,
-			  JOBS_INFO ", ctid),"
+			  "WITH j AS (" JOBS_INFO ", ctid),"
 			  " x AS ("
 			  "  INSERT INTO silo.job_status_index (tenant, status, changed_at, id)"
 			  "  SELECT $1, $17, $18, $2 FROM j RETURNING ctid),"
