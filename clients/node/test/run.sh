@@ -11,15 +11,16 @@
 #      after the other, against that cluster;
 #   4. type-checks test/typecheck.ts against the package's declarations;
 #   5. installs the package into a fresh directory (npm install <path>) and
-#      runs the README's example there (npm 9.4 and later link the folder;
-#      Debian 12's npm 9.2 copies it and fetches pg from the registry);
+#      runs the README's examples there, the first one and cluster mode's
+#      (npm 9.4 and later link the folder; Debian 12's npm 9.2 copies it
+#      and fetches pg from the registry);
 #   6. stops the cluster by its pid.
 #
 # Quiet on success: one line per step.  A failure prints the failing tests
 # (their TAP blocks), the end of the server log, and keeps the scratch
 # directory with every log.  The last line is "clients: N passed, N failed"
-# (each node test counts, and steps 4 and 5 count one each); the exit status
-# is non-zero iff something failed.
+# (each node test counts, step 4 one, each example of step 5 one); the exit
+# status is non-zero iff something failed.
 #
 # Environment: SILO_NODE_TESTS, a glob of test files to run (default
 # "*.test.mjs"; "none" runs only steps 4-5); SILO_NODE_TIMEOUT, seconds
@@ -134,6 +135,27 @@ elif ! diff -u "$ex/expected.txt" "$ex/output.txt" >"$ex/output.diff"; then
 else
 	echo "clients: README example (npm install <path> in a fresh directory) ... ok"
 	pass=$((pass + 1))
+	# the cluster mode example, in the same directory
+	awk '/<!-- example-cluster:start -->/ { on = 1; next } /<!-- example-cluster:end -->/ { on = 0 }
+		on && !/^```/ { print }' "$pkg/README.md" >"$ex/example-cluster.mjs"
+	awk '/<!-- output-cluster:start -->/ { on = 1; next } /<!-- output-cluster:end -->/ { on = 0 }
+		on && !/^```/ { print }' "$pkg/README.md" >"$ex/expected-cluster.txt"
+	if [ ! -s "$ex/example-cluster.mjs" ] || [ ! -s "$ex/expected-cluster.txt" ]; then
+		echo "clients: README cluster example ... FAILED (no example or output between the markers of README.md)"
+		fail=$((fail + 1))
+	elif ! (cd "$ex" && DATABASE_URL=$CLUSTER_URL timeout -k 10 60 node example-cluster.mjs) </dev/null \
+		>"$ex/output-cluster.txt" 2>&1; then
+		cat "$ex/output-cluster.txt"
+		echo "clients: README cluster example ... FAILED (node example-cluster.mjs)"
+		fail=$((fail + 1))
+	elif ! diff -u "$ex/expected-cluster.txt" "$ex/output-cluster.txt" >"$ex/output-cluster.diff"; then
+		cat "$ex/output-cluster.diff"
+		echo "clients: README cluster example ... FAILED (its output differs from README.md's)"
+		fail=$((fail + 1))
+	else
+		echo "clients: README cluster example ... ok"
+		pass=$((pass + 1))
+	fi
 fi
 
 if [ "$fail" -ne 0 ]; then

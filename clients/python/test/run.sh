@@ -11,8 +11,8 @@
 #   3. installs the package into a fresh virtual environment that sees
 #      Debian's psycopg (python3 -m venv --system-site-packages; pip install
 #      --no-build-isolation --no-index <copy of the package>: no network) and
-#      runs the README's two examples there (sync and asyncio), comparing
-#      their output with README.md's;
+#      runs the README's three examples there (sync, asyncio, cluster
+#      mode), comparing their output with README.md's;
 #   4. stops the cluster by its pid.
 #
 # Quiet on success: one line per step.  A failure prints the failing tests'
@@ -100,7 +100,7 @@ elif ! (cd "$ex" && "$ex/venv/bin/python" -c 'import silo_client, sys; sys.exit(
 	echo "clients-python: README examples ... FAILED (silo_client was not imported from the venv)"
 	fail=$((fail + 1))
 else
-	for kind in example example-async; do
+	for kind in example example-async example-cluster; do
 		awk -v m="$kind" '$0 == "<!-- " m ":start -->" { on = 1; next } $0 == "<!-- " m ":end -->" { on = 0 }
 			on && !/^```/ { print }' "$pkg/README.md" >"$ex/$kind.py"
 		awk -v m="$kind" '$0 == "<!-- " m ":output:start -->" { on = 1; next } $0 == "<!-- " m ":output:end -->" { on = 0 }
