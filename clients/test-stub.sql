@@ -92,25 +92,32 @@ CREATE FUNCTION silo.job_result(job_id text, tenant text DEFAULT '-',
 								OUT error_data jsonb, OUT finished_at timestamptz) RETURNS SETOF record
 LANGUAGE plpgsql AS $$ BEGIN PERFORM silo.stub_refuse(tenant); END $$;
 
--- the worker's side: leases come from the real node, reports must go there
-CREATE FUNCTION silo.lease(worker_id text, task_group text, max_tasks integer DEFAULT 1,
-						   lease_ms integer DEFAULT 10000, tenants text[] DEFAULT NULL)
-RETURNS TABLE (task_id uuid, kind text, tenant text, job_id text, attempt integer, relative_attempt integer,
-			   is_last_attempt boolean, priority integer, task_group text, payload jsonb, metadata jsonb,
-			   lease_expires_at timestamptz, queue_key text, current_max_concurrency integer,
-			   refresh_metadata jsonb)
-LANGUAGE sql AS $$
-	SELECT * FROM dblink((SELECT real FROM silo.stub_conf),
-		format('SELECT task_id, kind, tenant, job_id, attempt, relative_attempt, is_last_attempt, priority,'
-			   ' task_group, payload, metadata, lease_expires_at, queue_key, current_max_concurrency,'
-			   ' refresh_metadata FROM silo.lease(%L, %L, %s, %s, %L::text[])',
-			   worker_id, task_group, max_tasks, lease_ms, tenants))
-		AS t(task_id uuid, kind text, tenant text, job_id text, attempt integer, relative_attempt integer,
-			 is_last_attempt boolean, priority integer, task_group text, payload jsonb, metadata jsonb,
-			 lease_expires_at timestamptz, queue_key text, current_max_concurrency integer,
-			 refresh_metadata jsonb)
-	WHERE nextval('silo.stub_leased') > 0
-$$;
+-- the worker's side: leases come from the real node, reports must go there.
+-- silo.lease returns the real node's silo.leased_task columns, whatever its
+-- version has (read from it when the stub is made).
+DO $stub$
+DECLARE
+	cols text;
+	names text;
+BEGIN
+	SELECT c, n INTO cols, names
+	FROM dblink((SELECT real FROM silo.stub_conf),
+		$q$SELECT string_agg(quote_ident(attname) || ' ' || format_type(atttypid, atttypmod), ', ' ORDER BY attnum),
+				  string_agg(quote_ident(attname), ', ' ORDER BY attnum)
+		   FROM pg_attribute WHERE attrelid = 'silo.leased_task'::regclass AND attnum > 0 AND NOT attisdropped$q$)
+		AS t(c text, n text);
+	EXECUTE format($f$
+		CREATE FUNCTION silo.lease(worker_id text, task_group text, max_tasks integer DEFAULT 1,
+								   lease_ms integer DEFAULT 10000, tenants text[] DEFAULT NULL)
+		RETURNS TABLE (%1$s)
+		LANGUAGE sql AS $body$
+			SELECT * FROM dblink((SELECT real FROM silo.stub_conf),
+				format('SELECT %2$s FROM silo.lease(%%L, %%L, %%s, %%s, %%L::text[])',
+					   worker_id, task_group, max_tasks, lease_ms, tenants)) AS t(%1$s)
+			WHERE nextval('silo.stub_leased') > 0
+		$body$$f$, cols, names);
+END
+$stub$;
 
 CREATE FUNCTION silo.heartbeat(task_id uuid, worker_id text, lease_ms integer DEFAULT 10000,
 							   tenant text DEFAULT NULL) RETURNS boolean

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -117,19 +118,21 @@ class ClusterClient:
         self._kwargs = kwargs
         self.seed = SiloClient(conninfo, **kwargs)
         self._members: Dict[str, Tuple[str, SiloClient]] = {}
+        self._members_lock = threading.Lock()
         self.router: Router[SiloClient] = Router(self.seed, self._read_map, self._member, max_hops=max_hops,
                                                  retry_timeout=retry_timeout, retry_delay=retry_delay)
 
     def _member(self, node_id: Optional[str], conninfo: str) -> SiloClient:
         """The client of a node: one per node id, made again when its advertised conninfo changes."""
         key = node_id if node_id is not None else f"conninfo:{conninfo}"
-        known = self._members.get(key)
-        if known is not None and known[0] == conninfo:
-            return known[1]
-        client = SiloClient(owner_conninfo(self._conninfo, conninfo), **self._kwargs)
+        with self._members_lock:
+            known = self._members.get(key)
+            if known is not None and known[0] == conninfo:
+                return known[1]
+            client = SiloClient(owner_conninfo(self._conninfo, conninfo), **self._kwargs)
+            self._members[key] = (conninfo, client)
         if known is not None:
             known[1].close()
-        self._members[key] = (conninfo, client)
         return client
 
     @staticmethod
