@@ -98,6 +98,34 @@ for f in "$here"/$pattern; do
 	fi
 done
 
+# 3b. cluster mode against a real two-node cluster with etcd (test-cluster.sh's
+# cluster2_start), when etcd is installed and SILO_CLIENTS_CLUSTER2 is not 0
+if [ "${SILO_CLIENTS_CLUSTER2:-1}" != 0 ] && cluster2_check; then
+	start=$(date +%s)
+	tap=$scratch/cluster2.tap
+	if ! cluster2_start "$scratch/c2" >"$scratch/cluster2-start.log" 2>&1; then
+		cat "$scratch/cluster2-start.log"
+		echo "clients: node cluster2.e2e.mjs ... FAILED (the two-node cluster did not start)"
+		fail=$((fail + 1))
+	else
+		(cd "$pkg" && SILO_TEST_URL=$CLUSTER_URL SILO_TEST_N1_URL=$CLUSTER2_N1_URL SILO_TEST_N2_URL=$CLUSTER2_N2_URL \
+			timeout -k 10 "${SILO_NODE_TIMEOUT:-180}" node --test-reporter=tap "$here/cluster2.e2e.mjs") </dev/null >"$tap" 2>&1
+		rc=$?
+		read -r p fl < <(tap_count "$tap")
+		if [ "$rc" -ne 0 ] && [ "$fl" -eq 0 ]; then fl=1; fi
+		if [ "$p" -eq 0 ] && [ "$fl" -eq 0 ]; then fl=1; fi
+		pass=$((pass + p))
+		fail=$((fail + fl))
+		if [ "$fl" -eq 0 ]; then
+			printf 'clients: node cluster2.e2e.mjs (two nodes, etcd) ... ok (%d tests, %ds)\n' "$p" "$(($(date +%s) - start))"
+		else
+			printf 'clients: node cluster2.e2e.mjs ... FAILED (%d passed, %d failed, exit status %d)\n' "$p" "$fl" "$rc"
+			if [ -n "$(failed_blocks "$tap")" ]; then failed_blocks "$tap"; else tail -n 60 "$tap"; fi
+		fi
+	fi
+	cluster2_stop
+fi
+
 # 4. the declarations serve a TypeScript user
 if out=$(cd "$pkg" && node node_modules/typescript/bin/tsc -p test/tsconfig.json 2>&1); then
 	echo "clients: typecheck test/typecheck.ts ... ok"
