@@ -85,6 +85,34 @@ for m in "${modules[@]}"; do
 	fi
 done
 
+# 2b. cluster mode against a real two-node cluster with etcd (test-cluster.sh's
+# cluster2_start), when etcd is installed and SILO_CLIENTS_CLUSTER2 is not 0
+if [ "${SILO_CLIENTS_CLUSTER2:-1}" != 0 ] && [ "${SILO_PY_TESTS:-}" != none ] && cluster2_check; then
+	start=$(date +%s)
+	log=$scratch/cluster2_e2e.log
+	if ! cluster2_start "$scratch/c2" >"$scratch/cluster2-start.log" 2>&1; then
+		cat "$scratch/cluster2-start.log"
+		echo "clients-python: cluster2_e2e ... FAILED (the two-node cluster did not start)"
+		fail=$((fail + 1))
+	else
+		(cd "$here" && SILO_TEST_URL=$CLUSTER_URL SILO_TEST_N1_URL=$CLUSTER2_N1_URL SILO_TEST_N2_URL=$CLUSTER2_N2_URL \
+			timeout -k 10 "${SILO_PY_TIMEOUT:-300}" "$py" runtests.py cluster2_e2e) </dev/null >"$log" 2>&1
+		rc=$?
+		read -r p fl < <(awk '/^RESULT [0-9]+ [0-9]+$/ { p = $2; f = $3 } END { print p + 0, f + 0 }' "$log")
+		if [ "$rc" -ne 0 ] && [ "$fl" -eq 0 ]; then fl=1; fi
+		if [ "$p" -eq 0 ] && [ "$fl" -eq 0 ]; then fl=1; fi
+		pass=$((pass + p))
+		fail=$((fail + fl))
+		if [ "$fl" -eq 0 ]; then
+			printf 'clients-python: cluster2_e2e (two nodes, etcd) ... ok (%d tests, %ds)\n' "$p" "$(($(date +%s) - start))"
+		else
+			printf 'clients-python: cluster2_e2e ... FAILED (%d passed, %d failed, exit status %d)\n' "$p" "$fl" "$rc"
+			tail -n 80 "$log"
+		fi
+	fi
+	cluster2_stop
+fi
+
 # 3. the README's examples (sync and asyncio), from a fresh virtual environment
 ex=$scratch/example
 mkdir -p "$ex/src" || abort
