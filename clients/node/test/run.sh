@@ -9,6 +9,9 @@
 #      a unix socket in a scratch directory, no TCP port);
 #   3. runs each test/*.test.mjs with node's test runner (TAP), one file
 #      after the other, against that cluster;
+#   3b. when etcd is installed (and SILO_CLIENTS_CLUSTER2 is not 0), starts a
+#      real two-node cluster (test-cluster.sh's cluster2_start) and runs
+#      test/cluster2.e2e.mjs against it, then stops it;
 #   4. type-checks test/typecheck.ts against the package's declarations;
 #   5. installs the package into a fresh directory (npm install <path>) and
 #      runs the README's examples there, the first one and cluster mode's

@@ -8,6 +8,9 @@
 #   2. runs each test/test_*.py with unittest (test/runtests.py), one module
 #      after the other, against that cluster, with Debian's python3
 #      (/usr/bin/python3, which sees python3-psycopg);
+#   2b. when etcd is installed (and SILO_CLIENTS_CLUSTER2 is not 0), starts a
+#      real two-node cluster (test-cluster.sh's cluster2_start) and runs
+#      test/cluster2_e2e.py against it, then stops it;
 #   3. installs the package into a fresh virtual environment that sees
 #      Debian's psycopg (python3 -m venv --system-site-packages; pip install
 #      --no-build-isolation --no-index <copy of the package>: no network) and
