@@ -108,3 +108,139 @@ cluster_stop()
 	fi
 	CLUSTER_PID=
 }
+
+# ---------------------------------------------------------------------------
+# A real two-node silo cluster with etcd, for the cluster-mode tests of the
+# client libraries (clients/*/test: cluster2 tests).  etcd (Debian's
+# etcd-server, or $ETCD) listens on 127.0.0.1 only, on free ports; the
+# nodes listen on unix sockets in DIR/n1 and DIR/n2 and advertise those.
+# Node n1 starts first and takes every shard; n2 joins with
+# silo.max_moves_in = 0, so the shards stay on n1 (no move runs).
+#
+#   cluster2_check             whether etcd is there
+#   cluster2_start DIR         start etcd and both nodes, wait until n1
+#                              serves all 8 shards and n2 is a live member;
+#                              sets CLUSTER2_N1_URL, CLUSTER2_N2_URL
+#   cluster2_stop              stop both nodes and etcd by their pids
+
+CLUSTER2_ETCD=${ETCD:-/usr/bin/etcd}
+CLUSTER2_ETCD_PID=
+CLUSTER2_PIDS=()
+CLUSTER2_N1_URL=
+CLUSTER2_N2_URL=
+
+cluster2_check()
+{
+	[ -x "$CLUSTER2_ETCD" ]
+}
+
+# cluster2_free_port: a TCP port on 127.0.0.1 nobody listens on now.
+cluster2_free_port()
+{
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# cluster2_psql DIR ARGS...: psql on the node whose socket is in DIR.
+cluster2_psql()
+{
+	local dir=$1
+	shift
+	PGOPTIONS='-c client_min_messages=warning' "$CLUSTER_PGBIN/psql" -h "$dir" \
+		-U postgres -d postgres -qAtX -v ON_ERROR_STOP=1 "$@"
+}
+
+# cluster2_wait DIR SQL EXPECTED: poll SQL on the node of DIR for 30 s.
+cluster2_wait()
+{
+	local dir=$1 q=$2 want=$3 i got=
+	for i in $(seq 300); do
+		got=$(cluster2_psql "$dir" -c "$q" 2>/dev/null)
+		[ "$got" = "$want" ] && return 0
+		sleep 0.1
+	done
+	echo "test-cluster.sh: $dir: waited 30 s for \"$q\" to say \"$want\" (last: \"$got\")" >&2
+	return 1
+}
+
+cluster2_node()
+{
+	local dir=$1 id=$2 endpoints=$3
+	mkdir -p "$dir" || return 1
+	if [ "$(id -u)" = 0 ]; then chown postgres: "$dir" || return 1; fi
+	chmod 755 "$dir" || return 1
+	cluster_as_pg "$CLUSTER_PGBIN/initdb" -D "$dir/data" -A trust -U postgres \
+		--no-locale -E UTF8 >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log"; return 1; }
+	cat >>"$dir/data/postgresql.conf" <<CONF
+listen_addresses = ''
+unix_socket_directories = '$dir'
+shared_preload_libraries = 'pg_cron,silo'
+cron.database_name = 'postgres'
+silo.database = 'postgres'
+max_connections = 100
+max_worker_processes = 16
+wal_level = logical
+fsync = off
+lc_messages = 'C'
+log_min_messages = warning
+log_line_prefix = '%m [%p] %a: '
+silo.etcd_endpoints = '$endpoints'
+silo.node_id = '$id'
+silo.cluster_prefix = 'silo-clients'
+silo.advertise_conninfo = 'host=$dir dbname=postgres'
+silo.lease_ttl_s = 3
+silo.initial_shard_count = 8
+silo.max_moves_in = 0
+CONF
+	if ! cluster_as_pg "$CLUSTER_PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" \
+		-w -t 60 start >/dev/null; then
+		tail -n 40 "$dir/server.log"
+		return 1
+	fi
+	CLUSTER2_PIDS+=("$(head -n 1 "$dir/data/postmaster.pid")")
+	cluster2_psql "$dir" -c 'CREATE EXTENSION silo CASCADE' >/dev/null
+}
+
+cluster2_start()
+{
+	local dir=$1 client peer metrics
+	cluster_check || return 1
+	cluster2_check || { echo "test-cluster.sh: no etcd at $CLUSTER2_ETCD (apt-get install etcd-server)" >&2; return 1; }
+	mkdir -p "$dir/etcd" || return 1
+	chmod 755 "$dir" || return 1
+	client=$(cluster2_free_port) peer=$(cluster2_free_port) metrics=$(cluster2_free_port)
+	"$CLUSTER2_ETCD" --name e1 --data-dir "$dir/etcd/data" \
+		--listen-client-urls "http://127.0.0.1:$client" --advertise-client-urls "http://127.0.0.1:$client" \
+		--listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+		--listen-metrics-urls "http://127.0.0.1:$metrics" \
+		--initial-cluster "e1=http://127.0.0.1:$peer" --initial-cluster-state new \
+		--heartbeat-interval 100 --election-timeout 1000 >"$dir/etcd/etcd.log" 2>&1 </dev/null &
+	CLUSTER2_ETCD_PID=$!
+	local i
+	for i in $(seq 100); do
+		python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$client/health', timeout=1)" \
+			2>/dev/null && break
+		sleep 0.1
+	done
+	cluster2_node "$dir/n1" n1 "http://127.0.0.1:$client" || return 1
+	cluster2_wait "$dir/n1" "SELECT cardinality(serving_shards) FROM silo.node_info" 8 || return 1
+	cluster2_node "$dir/n2" n2 "http://127.0.0.1:$client" || return 1
+	cluster2_wait "$dir/n2" "SELECT membership || count(*) FILTER (WHERE owner_node_id = 'n1') FROM silo.node_info, silo.cluster_info GROUP BY membership" alive8 || return 1
+	CLUSTER2_N1_URL="postgresql://postgres@/postgres?host=$dir/n1"
+	CLUSTER2_N2_URL="postgresql://postgres@/postgres?host=$dir/n2"
+}
+
+cluster2_stop()
+{
+	local pid i
+	for pid in "${CLUSTER2_PIDS[@]}"; do kill -INT "$pid" 2>/dev/null; done
+	for pid in "${CLUSTER2_PIDS[@]}"; do
+		for i in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+		kill -0 "$pid" 2>/dev/null && kill -QUIT "$pid" 2>/dev/null
+	done
+	CLUSTER2_PIDS=()
+	if [ -n "$CLUSTER2_ETCD_PID" ]; then
+		kill -TERM "$CLUSTER2_ETCD_PID" 2>/dev/null
+		wait "$CLUSTER2_ETCD_PID" 2>/dev/null
+		CLUSTER2_ETCD_PID=
+	fi
+}

@@ -27,6 +27,7 @@ finish()
 {
 	trap - EXIT INT TERM
 	cluster_stop
+	cluster2_stop
 	if [ -n "$scratch" ]; then
 		if [ "$fail" -eq 0 ] && [ "$keep" -eq 0 ]; then
 			rm -rf "$scratch"

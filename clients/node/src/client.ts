@@ -48,7 +48,7 @@ function tenantOf(ref: JobRef | undefined): string {
   return ref?.tenant ?? '-';
 }
 
-function toJob<P>(row: Record<string, unknown>): Job<P> {
+export function toJob<P>(row: Record<string, unknown>): Job<P> {
   return camelRow(row) as unknown as Job<P>;
 }
 
@@ -151,6 +151,15 @@ export class SiloClient {
   /** Close the pool this client made (a pool or connection passed in stays open). */
   async close(): Promise<void> {
     if (this.ownsPool && this.pool && !this.pool.ended) await this.pool.end();
+  }
+
+  /**
+   * Rows of one statement on this client's connection (errors typed as
+   * SiloError): for SiloClusterClient's own statements.
+   * @internal
+   */
+  async rows<R extends Record<string, unknown>>(text: string, values: unknown[], name?: string): Promise<R[]> {
+    return this.query<R>(text, values, name);
   }
 
   private async query<R extends Record<string, unknown>>(

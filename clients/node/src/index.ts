@@ -11,3 +11,13 @@ export type {
   RefreshHandler, SiloWorkerOptions, TaskContext, TaskHandler, WorkerErrorContext, WorkerStats,
 } from './worker';
 export type { Queryable } from './util';
+export { SiloClusterClient } from './cluster';
+export type { SiloClusterClientOptions, TenantLocation } from './cluster';
+export { SiloClusterWorker } from './clusterWorker';
+export type { SiloClusterWorkerOptions } from './clusterWorker';
+export { ShardMap, Router } from './router';
+export type {
+  RouteTrace, RouterDeps, RouterOptions, Shard, ShardMapSnapshot,
+} from './router';
+export { tenantHash, hashBytesExtended } from './hash';
+export { mergeConninfo, parseConninfo } from './conninfo';

@@ -33,7 +33,7 @@ import pg from 'pg';
 
 import {
   ConnectionError, JobCancelledError, LeaseLostError, LeaseNotFoundError, LeaseOwnerMismatchError,
-  SiloError, WorkerStoppingError, isConnectionError, isStalePlanError, toSiloError,
+  NotOwnerError, SiloError, WorkerStoppingError, isConnectionError, isStalePlanError, toSiloError,
 } from './errors';
 import type { Json, RefreshTask, Task } from './types';
 import {
@@ -171,6 +171,54 @@ interface Execution {
   /** Resolves once handlerDone is set. */
   settled: Promise<void>;
   settle: () => void;
+  /** Where its heartbeats and reports go after an SL020 (cluster mode): the new owner's pool. */
+  target: pg.Pool | null;
+}
+
+/**
+ * The concurrency budget the members' workers of a SiloClusterWorker share:
+ * each reserves slots before it leases, gives back what the lease did not
+ * fill, and frees a slot when a handler returns.  wakeAll wakes the members'
+ * lease loops, starting from the next one each time (round robin).
+ * @internal
+ */
+export class SharedSlots {
+  used = 0;
+  private readonly wakers: Array<() => void> = [];
+  private next = 0;
+
+  constructor(readonly limit: number) {}
+
+  /** Register a member's wake-up. */
+  add(wake: () => void): void {
+    this.wakers.push(wake);
+  }
+
+  /** Slots not reserved or in use. */
+  get free(): number {
+    return this.limit - this.used;
+  }
+
+  /** Wake every member's lease loop, round robin. */
+  wakeAll(): void {
+    const n = this.wakers.length;
+    if (n === 0) return;
+    const start = this.next++ % n;
+    for (let i = 0; i < n; i++) this.wakers[(start + i) % n]();
+  }
+}
+
+/**
+ * What a SiloClusterWorker gives each of its members' workers.
+ * @internal
+ */
+export interface WorkerInternals {
+  /** The concurrency budget shared by the members. */
+  slots?: SharedSlots;
+  /** Pass the task's tenant on heartbeats and reports (cluster mode: a moved shard answers SL020). */
+  passTenant?: boolean;
+  /** The pool of the node an SL020 names (null: do not follow). */
+  redirect?: (err: NotOwnerError) => pg.Pool | null;
 }
 
 interface Completion {
@@ -197,6 +245,25 @@ const SQL_ACK_CANCEL = 'SELECT silo.ack_cancel($1::uuid, $2::text)';
 const SQL_RELEASE = 'SELECT silo.release($1::uuid, $2::text)';
 const SQL_REPORT_REFRESH = 'SELECT silo.report_refresh($1::uuid, $2::text, $3::int)';
 const SQL_FAIL_REFRESH = 'SELECT silo.fail_refresh($1::uuid, $2::text, $3::text)';
+
+/*
+ * The same statements with the task's tenant as the last argument (silo
+ * 1.7; cluster mode): a node the task's shard moved away from answers
+ * SL020 with the new owner instead of SL001.
+ */
+const SQL_HEARTBEAT_MANY_T = 'SELECT u.t::text AS task_id, silo.heartbeat(u.t, $1::text, $3::int, u.tn) AS cancelled'
+  + ' FROM unnest($2::uuid[], $4::text[]) AS u(t, tn)';
+const SQL_HEARTBEAT_T = 'SELECT silo.heartbeat($1::uuid, $2::text, $3::int, $4::text) AS cancelled';
+const WITH_TENANT = new Map<string, string>([
+  [SQL_COMPLETE, 'SELECT silo.complete($1::uuid, $2::text, $3::jsonb, $4::text)'],
+  [SQL_FAIL, 'SELECT silo.fail($1::uuid, $2::text, $3::text, $4::jsonb, $5::text)'],
+  [SQL_ACK_CANCEL, 'SELECT silo.ack_cancel($1::uuid, $2::text, $3::text)'],
+  [SQL_RELEASE, 'SELECT silo.release($1::uuid, $2::text, $3::text)'],
+  [SQL_REPORT_REFRESH, 'SELECT silo.report_refresh($1::uuid, $2::text, $3::int, $4::text)'],
+  [SQL_FAIL_REFRESH, 'SELECT silo.fail_refresh($1::uuid, $2::text, $3::text, $4::text)'],
+]);
+/** SL020 hints a report follows, at most. */
+const MAX_REPORT_HOPS = 3;
 
 const MAX_BATCH = 1000;
 /** After stop() aborts the signals: how long handlers get to return before their tasks are left to lapse. */
@@ -323,12 +390,20 @@ export class SiloWorker<P = any, R = unknown> {
   private leaseNotBefore = 0;
   private wakeLoop: (() => void) | null = null;
 
+  private readonly slots: SharedSlots | null;
+  private readonly passTenant: boolean;
+  private readonly redirect: ((err: NotOwnerError) => pg.Pool | null) | null;
+
   private readonly counters: Omit<WorkerStats, 'running'> = {
     leased: 0, succeeded: 0, failed: 0, cancelled: 0, released: 0, lost: 0,
     refreshed: 0, refreshFailed: 0, reconnects: 0,
   };
 
-  constructor(options: SiloWorkerOptions<P, R>) {
+  constructor(options: SiloWorkerOptions<P, R>, internals: WorkerInternals = {}) {
+    this.slots = internals.slots ?? null;
+    this.passTenant = internals.passTenant ?? false;
+    this.redirect = internals.redirect ?? null;
+    this.slots?.add(() => this.wake());
     if (!options || typeof options.handler !== 'function') throw new TypeError('handler is required');
     if (typeof options.taskGroup !== 'string' || options.taskGroup === '') {
       throw new TypeError('taskGroup is required');
@@ -446,10 +521,10 @@ export class SiloWorker<P = any, R = unknown> {
 
   /** One statement on a pooled connection; name labels it, and names the prepared statement when prepared. */
   private async q<T extends Record<string, unknown> = Record<string, unknown>>(
-    text: string, values: unknown[], name?: string, prepared = true,
+    text: string, values: unknown[], name?: string, prepared = true, target: pg.Pool | null = null,
   ): Promise<T[]> {
     if (!this.pool || this.closed) throw new SiloError('the worker is stopped');
-    const res = await poolQuery<T>(this.pool, { text, values, name: prepared ? name : undefined });
+    const res = await poolQuery<T>(target ?? this.pool, { text, values, name: prepared ? name : undefined });
     return res.rows;
   }
 
@@ -629,7 +704,7 @@ export class SiloWorker<P = any, R = unknown> {
     let failing = false;
     while (!this.stopping) {
       const now = Date.now();
-      const free = this.concurrency - this.slotsUsed;
+      const free = Math.min(this.concurrency - this.slotsUsed, this.slots ? this.slots.free : Infinity);
       if (free <= 0 || this.pending.length >= Math.max(this.concurrency, this.batchSize)) {
         await this.waitForWake(this.pollMs);
         continue;
@@ -644,6 +719,8 @@ export class SiloWorker<P = any, R = unknown> {
       }
       this.notified = false;
       const want = Math.min(this.batchSize, free);
+      /* the shared budget: reserved now, what the lease does not fill given back below */
+      if (this.slots) this.slots.used += want;
       let rows: Record<string, unknown>[];
       try {
         rows = await this.q(SQL_LEASE, [this.workerId, this.taskGroup, want, this.leaseMs, this.tenants], 'silo_lease',
@@ -654,6 +731,7 @@ export class SiloWorker<P = any, R = unknown> {
         }
         backoff.reset();
       } catch (err) {
+        this.unreserve(want);
         if (this.stopping) break;
         failing = failing || isConnectionError(err);
         this.report(err, { phase: 'lease' });
@@ -664,22 +742,34 @@ export class SiloWorker<P = any, R = unknown> {
       const leasedAt = now;
       if (this.closed) {
         /* stop() gave up waiting for this lease: its tasks are left to lapse */
+        this.unreserve(want);
         this.counters.lost += rows.length;
         break;
       }
-      for (const row of rows) this.startTask(row, leasedAt);
+      this.unreserve(want - rows.length);
+      for (const row of rows) {
+        if (!this.startTask(row, leasedAt)) this.unreserve(1);
+      }
       this.leaseWanted = rows.length >= want;
       if (!this.leaseWanted) this.nextPollAt = Date.now() + this.pollMs;
     }
   }
 
-  private startTask(row: Record<string, unknown>, leasedAt: number): void {
+  /** Give back n reserved slots of the shared budget. */
+  private unreserve(n: number): void {
+    if (!this.slots || n <= 0) return;
+    this.slots.used -= n;
+    this.slots.wakeAll();
+  }
+
+  /** Start a leased task; false when it was not started (it is already running here). */
+  private startTask(row: Record<string, unknown>, leasedAt: number): boolean {
     const task = toTask(row);
     if (this.executions.has(task.id)) {
       /* never run one task twice */
       this.report(new SiloError(`task ${task.id} was leased again while this worker holds it`),
         { phase: 'lease', taskId: task.id });
-      return;
+      return false;
     }
     const exec: Execution = {
       task,
@@ -695,6 +785,7 @@ export class SiloWorker<P = any, R = unknown> {
       handlerDone: false,
       settled: Promise.resolve(),
       settle: () => undefined,
+      target: null,
     };
     exec.settled = new Promise<void>((resolve) => {
       exec.settle = () => {
@@ -707,7 +798,7 @@ export class SiloWorker<P = any, R = unknown> {
     this.counters.leased++;
     if (task.kind !== 'run') {
       this.execute(exec).catch((err: unknown) => this.report(err, { phase: 'execute', taskId: task.id }));
-      return;
+      return true;
     }
     /*
      * An earlier attempt of the same job may still run here (its lease was
@@ -723,12 +814,17 @@ export class SiloWorker<P = any, R = unknown> {
     void run.then(() => {
       if (this.activeJobs.get(key) === run) this.activeJobs.delete(key);
     });
+    return true;
   }
 
   private freeSlot(): void {
     this.slotsUsed--;
     if (this.slotsUsed === 0) {
       for (const w of this.idleWaiters.splice(0)) w();
+    }
+    if (this.slots) {
+      this.slots.used--;
+      this.slots.wakeAll();
     }
     this.wake();
   }
@@ -863,14 +959,21 @@ export class SiloWorker<P = any, R = unknown> {
     counter: keyof WorkerStats, fallback = true): Promise<void> {
     exec.state = 'reporting';
     const backoff = new Backoff(this.reconnectInitial, this.reconnectMax);
+    const withTenant = this.passTenant ? WITH_TENANT.get(text) : undefined;
+    const sql = withTenant ?? text;
+    const args = withTenant ? [...values, exec.task.tenant] : values;
+    let hops = 0;
     for (;;) {
       try {
-        await this.q(text, values, `silo_${what}`);
+        await this.q(sql, args, withTenant ? `silo_${what}_t` : `silo_${what}`, true, exec.target);
         this.done(exec, counter);
         return;
       } catch (err) {
         const e = toSiloError(err);
         const context = { phase: what, taskId: exec.task.id, jobId: this.jobIdOf(exec) };
+        if (e instanceof NotOwnerError && this.follow(exec, e) && hops++ < MAX_REPORT_HOPS) {
+          continue; /* the task's shard moved: its lease did too */
+        }
         if (e instanceof LeaseNotFoundError || e instanceof LeaseOwnerMismatchError) {
           /* the task is no longer ours (its lease ran out, or was taken back): say so */
           this.report(e, context);
@@ -892,6 +995,18 @@ export class SiloWorker<P = any, R = unknown> {
         return;
       }
     }
+  }
+
+  /**
+   * After an SL020 with an owner: send the task's heartbeats and reports
+   * to that node from now on.  False when there is nowhere to go.
+   */
+  private follow(exec: Execution, err: NotOwnerError): boolean {
+    if (!this.redirect || !err.ownerConninfo) return false;
+    const pool = this.redirect(err);
+    if (!pool) return false;
+    exec.target = pool;
+    return true;
   }
 
   private jobIdOf(exec: Execution): string | undefined {
@@ -931,8 +1046,17 @@ export class SiloWorker<P = any, R = unknown> {
     }
   }
 
-  private async completeBatch(batch: Completion[]): Promise<void> {
+  private async completeBatch(items: Completion[]): Promise<void> {
+    let batch = items;
     const backoff = new Backoff(this.reconnectInitial, this.reconnectMax);
+    /* a task whose shard moved away reports to its new owner, alone */
+    if (batch.some((c) => c.exec.target !== null)) {
+      for (const c of batch.filter((x) => x.exec.target !== null)) {
+        this.track(this.call(c.exec, 'complete', SQL_COMPLETE, [c.exec.task.id, this.workerId, c.result], 'succeeded'));
+      }
+      batch = batch.filter((x) => x.exec.target === null);
+      if (batch.length === 0) return;
+    }
     for (;;) {
       if (!this.batchCompletions) {
         for (const c of batch) {
@@ -949,6 +1073,9 @@ export class SiloWorker<P = any, R = unknown> {
         for (const c of batch) {
           if (completed.has(c.exec.task.id)) {
             this.done(c.exec, 'succeeded');
+          } else if (this.passTenant) {
+            /* not here: alone with its tenant, a node its shard moved from says where it went */
+            this.track(this.call(c.exec, 'complete', SQL_COMPLETE, [c.exec.task.id, this.workerId, c.result], 'succeeded'));
           } else {
             this.report(new LeaseNotFoundError(`task ${c.exec.task.id} was not completed: its lease was gone`),
               { phase: 'complete', taskId: c.exec.task.id, jobId: this.jobIdOf(c.exec) });
@@ -1035,10 +1162,18 @@ export class SiloWorker<P = any, R = unknown> {
     }
   }
 
-  private async heartbeat(due: Execution[], sentAt: number): Promise<void> {
+  private async heartbeat(all: Execution[], sentAt: number): Promise<void> {
+    /* tasks whose shard moved away are renewed on their new owner, one by one */
+    const moved = all.filter((e) => e.target !== null);
+    const due = moved.length ? all.filter((e) => e.target === null) : all;
+    for (const e of moved) await this.heartbeatOne(e);
+    if (due.length === 0) return;
     try {
-      const rows = await this.hq<{ task_id: string; cancelled: boolean }>(SQL_HEARTBEAT_MANY,
-        [this.workerId, due.map((e) => e.task.id), this.leaseMs], 'silo_heartbeat_many');
+      const rows = await this.hq<{ task_id: string; cancelled: boolean }>(
+        this.passTenant ? SQL_HEARTBEAT_MANY_T : SQL_HEARTBEAT_MANY,
+        this.passTenant ? [this.workerId, due.map((e) => e.task.id), this.leaseMs, due.map((e) => e.task.tenant)]
+          : [this.workerId, due.map((e) => e.task.id), this.leaseMs],
+        this.passTenant ? 'silo_heartbeat_many_t' : 'silo_heartbeat_many');
       const byId = new Map(rows.map((r) => [r.task_id, r.cancelled]));
       for (const e of due) {
         e.leaseDeadline = Math.max(sentAt, this.hbSentAt) + this.leaseMs;
@@ -1053,22 +1188,38 @@ export class SiloWorker<P = any, R = unknown> {
       }
       /* one of them failed (a lost lease, most likely): find out which */
     }
-    for (const e of due) {
-      if (e.state === 'done' || e.lost || this.closed) continue;
+    for (const e of due) await this.heartbeatOne(e);
+  }
+
+  /**
+   * Renew one lease: on the heartbeating connection, or on the new owner's
+   * pool once an SL020 said the task's shard moved (followed here too).
+   */
+  private async heartbeatOne(e: Execution): Promise<void> {
+    for (let hops = 0; ; hops++) {
+      if (e.state === 'done' || e.lost || this.closed) return;
       const sent = Date.now();
+      const sql = this.passTenant ? SQL_HEARTBEAT_T : SQL_HEARTBEAT;
+      const args = this.passTenant ? [e.task.id, this.workerId, this.leaseMs, e.task.tenant]
+        : [e.task.id, this.workerId, this.leaseMs];
+      const name = this.passTenant ? 'silo_heartbeat_t' : 'silo_heartbeat';
       try {
-        const rows = await this.hq<{ cancelled: boolean }>(SQL_HEARTBEAT, [e.task.id, this.workerId, this.leaseMs],
-          'silo_heartbeat');
-        e.leaseDeadline = Math.max(sent, this.hbSentAt) + this.leaseMs;
+        const rows = e.target
+          ? await this.q<{ cancelled: boolean }>(sql, args, name, true, e.target)
+          : await this.hq<{ cancelled: boolean }>(sql, args, name);
+        e.leaseDeadline = Math.max(sent, e.target ? sent : this.hbSentAt) + this.leaseMs;
         if (rows[0]?.cancelled === true) this.cancelled(e);
+        return;
       } catch (err) {
         const x = toSiloError(err);
+        if (x instanceof NotOwnerError && hops < MAX_REPORT_HOPS && this.follow(e, x)) continue;
         if (x instanceof LeaseNotFoundError || x instanceof LeaseOwnerMismatchError) {
           this.leaseLost(e, x);
         } else {
           if (isConnectionError(x)) e.nextHeartbeat = Date.now() + Math.min(this.heartbeatMs, 500);
           this.report(x, { phase: 'heartbeat', taskId: e.task.id, jobId: this.jobIdOf(e) });
         }
+        return;
       }
     }
   }

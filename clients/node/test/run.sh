@@ -9,17 +9,21 @@
 #      a unix socket in a scratch directory, no TCP port);
 #   3. runs each test/*.test.mjs with node's test runner (TAP), one file
 #      after the other, against that cluster;
+#   3b. when etcd is installed (and SILO_CLIENTS_CLUSTER2 is not 0), starts a
+#      real two-node cluster (test-cluster.sh's cluster2_start) and runs
+#      test/cluster2.e2e.mjs against it, then stops it;
 #   4. type-checks test/typecheck.ts against the package's declarations;
 #   5. installs the package into a fresh directory (npm install <path>) and
-#      runs the README's example there (npm 9.4 and later link the folder;
-#      Debian 12's npm 9.2 copies it and fetches pg from the registry);
+#      runs the README's examples there, the first one and cluster mode's
+#      (npm 9.4 and later link the folder; Debian 12's npm 9.2 copies it
+#      and fetches pg from the registry);
 #   6. stops the cluster by its pid.
 #
 # Quiet on success: one line per step.  A failure prints the failing tests
 # (their TAP blocks), the end of the server log, and keeps the scratch
 # directory with every log.  The last line is "clients: N passed, N failed"
-# (each node test counts, and steps 4 and 5 count one each); the exit status
-# is non-zero iff something failed.
+# (each node test counts, step 4 one, each example of step 5 one); the exit
+# status is non-zero iff something failed.
 #
 # Environment: SILO_NODE_TESTS, a glob of test files to run (default
 # "*.test.mjs"; "none" runs only steps 4-5); SILO_NODE_TIMEOUT, seconds
@@ -97,6 +101,34 @@ for f in "$here"/$pattern; do
 	fi
 done
 
+# 3b. cluster mode against a real two-node cluster with etcd (test-cluster.sh's
+# cluster2_start), when etcd is installed and SILO_CLIENTS_CLUSTER2 is not 0
+if [ "${SILO_CLIENTS_CLUSTER2:-1}" != 0 ] && cluster2_check; then
+	start=$(date +%s)
+	tap=$scratch/cluster2.tap
+	if ! cluster2_start "$scratch/c2" >"$scratch/cluster2-start.log" 2>&1; then
+		cat "$scratch/cluster2-start.log"
+		echo "clients: node cluster2.e2e.mjs ... FAILED (the two-node cluster did not start)"
+		fail=$((fail + 1))
+	else
+		(cd "$pkg" && SILO_TEST_URL=$CLUSTER_URL SILO_TEST_N1_URL=$CLUSTER2_N1_URL SILO_TEST_N2_URL=$CLUSTER2_N2_URL \
+			timeout -k 10 "${SILO_NODE_TIMEOUT:-180}" node --test-reporter=tap "$here/cluster2.e2e.mjs") </dev/null >"$tap" 2>&1
+		rc=$?
+		read -r p fl < <(tap_count "$tap")
+		if [ "$rc" -ne 0 ] && [ "$fl" -eq 0 ]; then fl=1; fi
+		if [ "$p" -eq 0 ] && [ "$fl" -eq 0 ]; then fl=1; fi
+		pass=$((pass + p))
+		fail=$((fail + fl))
+		if [ "$fl" -eq 0 ]; then
+			printf 'clients: node cluster2.e2e.mjs (two nodes, etcd) ... ok (%d tests, %ds)\n' "$p" "$(($(date +%s) - start))"
+		else
+			printf 'clients: node cluster2.e2e.mjs ... FAILED (%d passed, %d failed, exit status %d)\n' "$p" "$fl" "$rc"
+			if [ -n "$(failed_blocks "$tap")" ]; then failed_blocks "$tap"; else tail -n 60 "$tap"; fi
+		fi
+	fi
+	cluster2_stop
+fi
+
 # 4. the declarations serve a TypeScript user
 if out=$(cd "$pkg" && node node_modules/typescript/bin/tsc -p test/tsconfig.json 2>&1); then
 	echo "clients: typecheck test/typecheck.ts ... ok"
@@ -134,6 +166,27 @@ elif ! diff -u "$ex/expected.txt" "$ex/output.txt" >"$ex/output.diff"; then
 else
 	echo "clients: README example (npm install <path> in a fresh directory) ... ok"
 	pass=$((pass + 1))
+	# the cluster mode example, in the same directory
+	awk '/<!-- example-cluster:start -->/ { on = 1; next } /<!-- example-cluster:end -->/ { on = 0 }
+		on && !/^```/ { print }' "$pkg/README.md" >"$ex/example-cluster.mjs"
+	awk '/<!-- output-cluster:start -->/ { on = 1; next } /<!-- output-cluster:end -->/ { on = 0 }
+		on && !/^```/ { print }' "$pkg/README.md" >"$ex/expected-cluster.txt"
+	if [ ! -s "$ex/example-cluster.mjs" ] || [ ! -s "$ex/expected-cluster.txt" ]; then
+		echo "clients: README cluster example ... FAILED (no example or output between the markers of README.md)"
+		fail=$((fail + 1))
+	elif ! (cd "$ex" && DATABASE_URL=$CLUSTER_URL timeout -k 10 60 node example-cluster.mjs) </dev/null \
+		>"$ex/output-cluster.txt" 2>&1; then
+		cat "$ex/output-cluster.txt"
+		echo "clients: README cluster example ... FAILED (node example-cluster.mjs)"
+		fail=$((fail + 1))
+	elif ! diff -u "$ex/expected-cluster.txt" "$ex/output-cluster.txt" >"$ex/output-cluster.diff"; then
+		cat "$ex/output-cluster.diff"
+		echo "clients: README cluster example ... FAILED (its output differs from README.md's)"
+		fail=$((fail + 1))
+	else
+		echo "clients: README cluster example ... ok"
+		pass=$((pass + 1))
+	fi
 fi
 
 if [ "$fail" -ne 0 ]; then

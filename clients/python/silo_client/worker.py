@@ -45,8 +45,9 @@ import psycopg
 
 from ._pool import AsyncPool
 from .errors import (
-    JobCancelledError, LeaseLostError, LeaseNotFoundError, LeaseOwnerMismatchError, SiloConnectionError,
-    SiloError, UndefinedFunctionError, WorkerStoppingError, is_connection_error, is_stale_plan_error, to_silo_error,
+    JobCancelledError, LeaseLostError, LeaseNotFoundError, LeaseOwnerMismatchError, NotOwnerError,
+    SiloConnectionError, SiloError, UndefinedFunctionError, WorkerStoppingError, is_connection_error,
+    is_stale_plan_error, to_silo_error,
 )
 from .types import RefreshTask, Task, task_from_row
 
@@ -167,9 +168,43 @@ class _Backoff:
         self.n = 0
 
 
+#: SL020 hints a heartbeat or report follows, at most (cluster mode).
+MAX_REPORT_HOPS = 3
+
+
+class SharedSlots:
+    """The concurrency budget the members' workers of a cluster worker share.
+
+    Each reserves slots before it leases, gives back what the lease did not
+    fill, and frees one when a handler returns; wake_all wakes the members'
+    lease loops, from the next one each time (round robin).  Internal.
+    """
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0
+        self._wakers: List[Callable[[], None]] = []
+        self._next = 0
+
+    def add(self, wake: Callable[[], None]) -> None:
+        self._wakers.append(wake)
+
+    @property
+    def free(self) -> int:
+        return self.limit - self.used
+
+    def wake_all(self) -> None:
+        n = len(self._wakers)
+        if n:
+            start = self._next % n
+            self._next += 1
+            for i in range(n):
+                self._wakers[(start + i) % n]()
+
+
 class _Exec:
     __slots__ = ("task", "ctx", "state", "cancelled", "lost", "released", "lease_deadline", "next_heartbeat",
-                 "stop_aborted", "abandoned", "handler_done", "settled")
+                 "stop_aborted", "abandoned", "handler_done", "settled", "target")
 
     def __init__(self, task: Union[Task, RefreshTask], ctx: TaskContext, leased_at: float, lease_s: float,
                  hb_s: float):
@@ -185,6 +220,7 @@ class _Exec:
         self.abandoned = False
         self.handler_done = False
         self.settled = asyncio.Event()
+        self.target: Optional[AsyncPool] = None  # after an SL020: the new owner's pool (cluster mode)
 
     @property
     def job_id(self) -> Optional[str]:
@@ -313,6 +349,10 @@ class AsyncSiloWorker:
         self._counters = WorkerStats()
         self._listener_conn: Optional[psycopg.AsyncConnection] = None
         self._listening = False
+        # set by a cluster worker (cluster_worker.py) for each member's worker
+        self._slots: Optional[SharedSlots] = None
+        self._redirect: Optional[Callable[[NotOwnerError], Optional[AsyncPool]]] = None
+        self._cluster = False
 
     # -- registration ------------------------------------------------------
 
@@ -445,9 +485,10 @@ class AsyncSiloWorker:
         except Exception:
             pass  # a raising on_error must not stop the worker
 
-    async def _q(self, text: str, params: Sequence[Any], prepare: Optional[bool] = None) -> List[Dict[str, Any]]:
-        pool = self._pool
-        if pool is None or self._closed:
+    async def _q(self, text: str, params: Sequence[Any], prepare: Optional[bool] = None,
+                 target: Optional[AsyncPool] = None) -> List[Dict[str, Any]]:
+        pool = target or self._pool
+        if self._pool is None or self._closed or pool is None:
             raise SiloError("the worker is stopped")
         try:
             async with pool.connection(time.monotonic() + CONNECT_TIMEOUT_S) as conn:
@@ -556,6 +597,8 @@ class AsyncSiloWorker:
         while not self._stopping:
             now = time.monotonic()
             free = self.concurrency - self._slots_used
+            if self._slots is not None:
+                free = min(free, self._slots.free)
             if free <= 0 or len(self._pending) >= max(self.concurrency, self.batch_size):
                 await self._wait_wake(self.poll_s)
                 continue
@@ -568,6 +611,8 @@ class AsyncSiloWorker:
             self._notified = False
             want = min(self.batch_size, free)
             leased_at = now
+            if self._slots is not None:
+                self._slots.used += want  # the shared budget: what the lease does not fill is given back
             try:
                 rows = await self._q(SQL_LEASE, [self.worker_id, self.task_group, want, self.lease_ms,
                                                  self.tenants], prepare=False)
@@ -578,6 +623,7 @@ class AsyncSiloWorker:
             except asyncio.CancelledError:
                 raise
             except BaseException as err:
+                self._unreserve(want)
                 if self._stopping:
                     break
                 failing = failing or is_connection_error(err)
@@ -586,10 +632,13 @@ class AsyncSiloWorker:
                 self._lease_not_before = time.monotonic() + backoff.next()
                 continue
             if self._closed:
+                self._unreserve(want)
                 self._counters.lost += len(rows)  # stop() gave up waiting for this lease
                 break
+            self._unreserve(want - len(rows))
             for row in rows:
-                self._run_task(row, leased_at)
+                if not self._run_task(row, leased_at):
+                    self._unreserve(1)
             self._lease_wanted = len(rows) >= want
             if not self._lease_wanted:
                 self._next_poll_at = time.monotonic() + self.poll_s
@@ -597,13 +646,20 @@ class AsyncSiloWorker:
     def _threaded(self, fn: Any) -> bool:
         return not (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)))
 
-    def _run_task(self, row: Dict[str, Any], leased_at: float) -> None:
+    def _unreserve(self, n: int) -> None:
+        """Give back n reserved slots of the shared budget."""
+        if self._slots is not None and n > 0:
+            self._slots.used -= n
+            self._slots.wake_all()
+
+    def _run_task(self, row: Dict[str, Any], leased_at: float) -> bool:
+        """Start a leased task; False when it was not started (it already runs here)."""
         task = task_from_row(row)
         if task.id in self._executions:
             # never run one task twice
             self._report(SiloError(f"task {task.id} was leased again while this worker holds it"),
                          WorkerErrorContext("lease", task.id))
-            return
+            return False
         fn = self._handler if isinstance(task, Task) else self._refresh_handler
         ctx = TaskContext(task, self.worker_id, threaded=fn is None or self._threaded(fn))
         ex = _Exec(task, ctx, leased_at, self.lease_s, self.heartbeat_s)
@@ -614,7 +670,7 @@ class AsyncSiloWorker:
         self._counters.leased += 1
         if not isinstance(task, Task):
             asyncio.ensure_future(self._execute(ex))
-            return
+            return True
         # an earlier attempt of the same job may still run here (its lease was
         # lost and the retry came back to us): wait for it, never run a job twice at once
         key = (task.tenant, task.job_id)
@@ -633,11 +689,15 @@ class AsyncSiloWorker:
                 del self._active_jobs[key]
 
         t.add_done_callback(forget)
+        return True
 
     def _free_slot(self) -> None:
         self._slots_used -= 1
         if self._slots_used == 0 and self._idle is not None:
             self._idle.set()
+        if self._slots is not None:
+            self._slots.used -= 1
+            self._slots.wake_all()
         self._wake()
 
     async def _execute(self, ex: _Exec) -> None:
@@ -759,10 +819,11 @@ class AsyncSiloWorker:
         """One report, retried after a connection failure while the lease can still be alive."""
         ex.state = "reporting"
         backoff = _Backoff(self.reconnect_initial, self.reconnect_max)
+        hops = 0
         while True:
             try:
                 text, params = self._report_stmt(what, ex.task, args)
-                await self._q(text, params)
+                await self._q(text, params, target=ex.target)
                 self._done(ex, counter)
                 return
             except asyncio.CancelledError:
@@ -770,6 +831,9 @@ class AsyncSiloWorker:
             except BaseException as err:
                 e = to_silo_error(err)
                 ctx = WorkerErrorContext(what, ex.task.id, ex.job_id)
+                if isinstance(e, NotOwnerError) and hops < MAX_REPORT_HOPS and self._follow(ex, e):
+                    hops += 1
+                    continue  # the task's shard moved, and its lease with it
                 if isinstance(e, UndefinedFunctionError) and self._tenant_args:
                     self._tenant_args = False  # a silo whose reports take no tenant
                     continue
@@ -790,6 +854,16 @@ class AsyncSiloWorker:
                     return
                 self._done(ex, "lost")
                 return
+
+    def _follow(self, ex: _Exec, err: NotOwnerError) -> bool:
+        """After an SL020 with an owner: the task's heartbeats and reports go there from now on."""
+        if self._redirect is None or not err.owner_conninfo:
+            return False
+        pool = self._redirect(err)
+        if pool is None:
+            return False
+        ex.target = pool
+        return True
 
     def _queue_completion(self, ex: _Exec, result: Optional[str]) -> None:
         ex.state = "reporting"
@@ -819,6 +893,12 @@ class AsyncSiloWorker:
 
     async def _complete_batch(self, batch: List[Tuple[_Exec, Optional[str]]]) -> None:
         backoff = _Backoff(self.reconnect_initial, self.reconnect_max)
+        # a task whose shard moved away reports to its new owner, alone
+        for ex, result in [c for c in batch if c[0].target is not None]:
+            self._track(self._call(ex, "complete", (result,), "succeeded"))
+        batch = [c for c in batch if c[0].target is None]
+        if not batch:
+            return
         while True:
             if not self.batch_completions:
                 for ex, result in batch:
@@ -829,9 +909,12 @@ class AsyncSiloWorker:
             try:
                 rows = await self._q(SQL_COMPLETE_MANY, [ids, self.worker_id, results])
                 completed = {r["task_id"] for r in rows}
-                for ex, _ in batch:
+                for ex, result in batch:
                     if ex.task.id in completed:
                         self._done(ex, "succeeded")
+                    elif self._cluster:
+                        # not here: alone with its tenant, a node its shard moved from says where it went
+                        self._track(self._call(ex, "complete", (result,), "succeeded"))
                     else:
                         self._report(LeaseNotFoundError(f"task {ex.task.id} was not completed: its lease was gone"),
                                      WorkerErrorContext("complete", ex.task.id, ex.job_id))
@@ -957,7 +1040,13 @@ class AsyncSiloWorker:
         return "SELECT silo.heartbeat(%s::uuid, %s::text, %s::int) AS cancelled", [e.task.id, self.worker_id,
                                                                                  self.lease_ms]
 
-    async def _heartbeat(self, due: List[_Exec]) -> None:
+    async def _heartbeat(self, every: List[_Exec]) -> None:
+        # tasks whose shard moved away are renewed on their new owner, one by one
+        for e in [x for x in every if x.target is not None]:
+            await self._heartbeat_one(e)
+        due = [x for x in every if x.target is None]
+        if not due:
+            return
         try:
             rows, sent = await self._hq(*self._hb_many_stmt(due))
             by_id = {r["task_id"]: r["cancelled"] for r in rows}
@@ -980,15 +1069,27 @@ class AsyncSiloWorker:
                 raise
             # one of them failed (a lost lease, most likely): find out which
         for e in due:
+            await self._heartbeat_one(e)
+
+    async def _heartbeat_one(self, e: _Exec) -> None:
+        """Renew one lease: on the heartbeating connection, or on the new owner's pool after an SL020."""
+        for hops in range(MAX_REPORT_HOPS + 1):
             if e.state == "done" or e.lost or self._closed:
-                continue
+                return
             try:
-                rows, sent = await self._hq(*self._hb_one_stmt(e))
+                if e.target is not None:
+                    sent = time.monotonic()
+                    rows = await self._q(*self._hb_one_stmt(e), target=e.target)
+                else:
+                    rows, sent = await self._hq(*self._hb_one_stmt(e))
                 e.lease_deadline = sent + self.lease_s
                 if rows and rows[0]["cancelled"] is True:
                     self._cancelled(e)
+                return
             except BaseException as err:
                 x = to_silo_error(err)
+                if isinstance(x, NotOwnerError) and hops < MAX_REPORT_HOPS and self._follow(e, x):
+                    continue
                 if isinstance(x, (LeaseNotFoundError, LeaseOwnerMismatchError)):
                     self._lease_lost(e, x)
                     self._report(x, WorkerErrorContext("heartbeat", e.task.id, e.job_id))
@@ -996,6 +1097,7 @@ class AsyncSiloWorker:
                     if is_connection_error(x):
                         e.next_heartbeat = time.monotonic() + min(self.heartbeat_s, 0.5)
                     self._report(x, WorkerErrorContext("heartbeat", e.task.id, e.job_id))
+                return
 
     def _cancelled(self, e: _Exec) -> None:
         if e.cancelled or not isinstance(e.task, Task):

@@ -8,11 +8,14 @@
 #   2. runs each test/test_*.py with unittest (test/runtests.py), one module
 #      after the other, against that cluster, with Debian's python3
 #      (/usr/bin/python3, which sees python3-psycopg);
+#   2b. when etcd is installed (and SILO_CLIENTS_CLUSTER2 is not 0), starts a
+#      real two-node cluster (test-cluster.sh's cluster2_start) and runs
+#      test/cluster2_e2e.py against it, then stops it;
 #   3. installs the package into a fresh virtual environment that sees
 #      Debian's psycopg (python3 -m venv --system-site-packages; pip install
 #      --no-build-isolation --no-index <copy of the package>: no network) and
-#      runs the README's two examples there (sync and asyncio), comparing
-#      their output with README.md's;
+#      runs the README's three examples there (sync, asyncio, cluster
+#      mode), comparing their output with README.md's;
 #   4. stops the cluster by its pid.
 #
 # Quiet on success: one line per step.  A failure prints the failing tests'
@@ -85,6 +88,34 @@ for m in "${modules[@]}"; do
 	fi
 done
 
+# 2b. cluster mode against a real two-node cluster with etcd (test-cluster.sh's
+# cluster2_start), when etcd is installed and SILO_CLIENTS_CLUSTER2 is not 0
+if [ "${SILO_CLIENTS_CLUSTER2:-1}" != 0 ] && [ "${SILO_PY_TESTS:-}" != none ] && cluster2_check; then
+	start=$(date +%s)
+	log=$scratch/cluster2_e2e.log
+	if ! cluster2_start "$scratch/c2" >"$scratch/cluster2-start.log" 2>&1; then
+		cat "$scratch/cluster2-start.log"
+		echo "clients-python: cluster2_e2e ... FAILED (the two-node cluster did not start)"
+		fail=$((fail + 1))
+	else
+		(cd "$here" && SILO_TEST_URL=$CLUSTER_URL SILO_TEST_N1_URL=$CLUSTER2_N1_URL SILO_TEST_N2_URL=$CLUSTER2_N2_URL \
+			timeout -k 10 "${SILO_PY_TIMEOUT:-300}" "$py" runtests.py cluster2_e2e) </dev/null >"$log" 2>&1
+		rc=$?
+		read -r p fl < <(awk '/^RESULT [0-9]+ [0-9]+$/ { p = $2; f = $3 } END { print p + 0, f + 0 }' "$log")
+		if [ "$rc" -ne 0 ] && [ "$fl" -eq 0 ]; then fl=1; fi
+		if [ "$p" -eq 0 ] && [ "$fl" -eq 0 ]; then fl=1; fi
+		pass=$((pass + p))
+		fail=$((fail + fl))
+		if [ "$fl" -eq 0 ]; then
+			printf 'clients-python: cluster2_e2e (two nodes, etcd) ... ok (%d tests, %ds)\n' "$p" "$(($(date +%s) - start))"
+		else
+			printf 'clients-python: cluster2_e2e ... FAILED (%d passed, %d failed, exit status %d)\n' "$p" "$fl" "$rc"
+			tail -n 80 "$log"
+		fi
+	fi
+	cluster2_stop
+fi
+
 # 3. the README's examples (sync and asyncio), from a fresh virtual environment
 ex=$scratch/example
 mkdir -p "$ex/src" || abort
@@ -100,7 +131,7 @@ elif ! (cd "$ex" && "$ex/venv/bin/python" -c 'import silo_client, sys; sys.exit(
 	echo "clients-python: README examples ... FAILED (silo_client was not imported from the venv)"
 	fail=$((fail + 1))
 else
-	for kind in example example-async; do
+	for kind in example example-async example-cluster; do
 		awk -v m="$kind" '$0 == "<!-- " m ":start -->" { on = 1; next } $0 == "<!-- " m ":end -->" { on = 0 }
 			on && !/^```/ { print }' "$pkg/README.md" >"$ex/$kind.py"
 		awk -v m="$kind" '$0 == "<!-- " m ":output:start -->" { on = 1; next } $0 == "<!-- " m ":output:end -->" { on = 0 }
