@@ -31,6 +31,43 @@ jobs_lock_status(void)
 		LockRelationOid(status_relid, RowExclusiveLock);
 }
 
+/*
+ * jobs_info_values: the parameters $1..$15 of the job_info statements
+ * (both enqueue's and import's): the row's columns, the retry policy's
+ * five as NULLs when it has none, and the first task's id.  The caller
+ * has set every entry of nulls to ' ' and fills its own parameters past
+ * $15.
+ */
+static void
+jobs_info_values(const SiloJobRow *row, Datum *values, char *nulls)
+{
+	int			i;
+
+	values[0] = CStringGetTextDatum(row->tenant);
+	values[1] = CStringGetTextDatum(row->id);
+	values[2] = CStringGetTextDatum(row->task_group);
+	values[3] = Int16GetDatum((int16) row->priority);
+	values[4] = TimestampTzGetDatum(row->start_at);
+	values[5] = TimestampTzGetDatum(row->enqueued_at);
+	values[6] = JsonbPGetDatum(row->payload);
+	if (row->retry.count < 0)
+	{
+		for (i = 7; i <= 11; i++)
+			nulls[i] = 'n';
+	}
+	else
+	{
+		values[7] = Int32GetDatum(row->retry.count);
+		values[8] = Int64GetDatum(row->retry.initial_ms);
+		values[9] = Int64GetDatum(row->retry.max_ms);
+		values[10] = Float8GetDatum(row->retry.factor);
+		values[11] = BoolGetDatum(row->retry.randomize);
+	}
+	values[12] = JsonbPGetDatum(row->limits);
+	values[13] = JsonbPGetDatum(row->metadata);
+	values[14] = row->task_id;
+}
+
 /* silo.job_status and silo.job_status_index, every column, for the direct writes */
 static const char *const jobs_status_cols[] = {
 	"tenant", "id", "status", "changed_at", "attempt", "relative_attempt", "task_id",
@@ -124,32 +161,9 @@ silo_job_insert(const SiloJobRow *row, int64 *seq, bool *has_hints,
 	};
 	Datum		values[16];
 	char		nulls[16];
-	int			i;
 
 	memset(nulls, ' ', sizeof(nulls));
-	values[0] = CStringGetTextDatum(row->tenant);
-	values[1] = CStringGetTextDatum(row->id);
-	values[2] = CStringGetTextDatum(row->task_group);
-	values[3] = Int16GetDatum((int16) row->priority);
-	values[4] = TimestampTzGetDatum(row->start_at);
-	values[5] = TimestampTzGetDatum(row->enqueued_at);
-	values[6] = JsonbPGetDatum(row->payload);
-	if (row->retry.count < 0)
-	{
-		for (i = 7; i <= 11; i++)
-			nulls[i] = 'n';
-	}
-	else
-	{
-		values[7] = Int32GetDatum(row->retry.count);
-		values[8] = Int64GetDatum(row->retry.initial_ms);
-		values[9] = Int64GetDatum(row->retry.max_ms);
-		values[10] = Float8GetDatum(row->retry.factor);
-		values[11] = BoolGetDatum(row->retry.randomize);
-	}
-	values[12] = JsonbPGetDatum(row->limits);
-	values[13] = JsonbPGetDatum(row->metadata);
-	values[14] = row->task_id;
+	jobs_info_values(row, values, nulls);
 	values[15] = TimestampTzGetDatum(row->next_attempt_at);
 
 	/* the job_info row, both ways; the RETURNING list is left open */
@@ -219,32 +233,9 @@ silo_job_insert_imported(const SiloJobRow *row, const char *status, TimestampTz 
 	Datum		values[20];
 	char		nulls[20];
 	bool		isnull;
-	int			i;
 
 	memset(nulls, ' ', sizeof(nulls));
-	values[0] = CStringGetTextDatum(row->tenant);
-	values[1] = CStringGetTextDatum(row->id);
-	values[2] = CStringGetTextDatum(row->task_group);
-	values[3] = Int16GetDatum((int16) row->priority);
-	values[4] = TimestampTzGetDatum(row->start_at);
-	values[5] = TimestampTzGetDatum(row->enqueued_at);
-	values[6] = JsonbPGetDatum(row->payload);
-	if (row->retry.count < 0)
-	{
-		for (i = 7; i <= 11; i++)
-			nulls[i] = 'n';
-	}
-	else
-	{
-		values[7] = Int32GetDatum(row->retry.count);
-		values[8] = Int64GetDatum(row->retry.initial_ms);
-		values[9] = Int64GetDatum(row->retry.max_ms);
-		values[10] = Float8GetDatum(row->retry.factor);
-		values[11] = BoolGetDatum(row->retry.randomize);
-	}
-	values[12] = JsonbPGetDatum(row->limits);
-	values[13] = JsonbPGetDatum(row->metadata);
-	values[14] = row->task_id;
+	jobs_info_values(row, values, nulls);
 	nulls[14] = row->task_id == (Datum) 0 ? 'n' : ' ';
 	values[15] = TimestampTzGetDatum(row->next_attempt_at);
 	nulls[15] = nulls[14];

@@ -16,6 +16,35 @@
 #include "utils/builtins.h"
 
 /*
+ * task_values: a task row's 13 columns, in the order of task_cols below
+ * (and of silo_task_insert's parameters): holds NULL for a job without
+ * limits, each row hint NULL when the caller does not know it.
+ */
+static void
+task_values(const SiloTaskRow *row, Datum *values, bool *nulls)
+{
+	memset(nulls, 0, sizeof(bool) * 13);
+	values[0] = CStringGetTextDatum(row->task_group);
+	values[1] = TimestampTzGetDatum(row->start_at);
+	values[2] = Int16GetDatum((int16) row->priority);
+	values[3] = CStringGetTextDatum(row->tenant);
+	values[4] = CStringGetTextDatum(row->job_id);
+	values[5] = Int32GetDatum(row->attempt);
+	values[6] = Int32GetDatum(row->relative_attempt);
+	values[7] = row->task_id;
+	values[8] = Int64GetDatum(row->seq);
+	values[9] = BoolGetDatum(row->due);
+	if (row->limited)
+		values[10] = silo_holds_datum(row->holds);
+	else
+		nulls[10] = true;
+	values[11] = PointerGetDatum(&row->info_tid);
+	nulls[11] = !row->has_info_tid;
+	values[12] = PointerGetDatum(&row->status_tid);
+	nulls[12] = !row->has_status_tid;
+}
+
+/*
  * silo_task_insert: write one task row.  On this library's schema every
  * column is written; enqueue, which also runs on older schemas until
  * ALTER EXTENSION silo UPDATE, writes there without the row hints (before
@@ -34,30 +63,16 @@ silo_task_insert(const SiloTaskRow *row)
 	};
 	Datum		values[13];
 	char		nulls[13];
+	bool		isnull[13];
+	int			i;
 
 #define TASK_COLUMNS \
 	"INSERT INTO silo.task (task_group, start_at, priority, tenant, job_id, attempt," \
 	"  relative_attempt, task_id, seq, due"
 
-	memset(nulls, ' ', sizeof(nulls));
-	values[0] = CStringGetTextDatum(row->task_group);
-	values[1] = TimestampTzGetDatum(row->start_at);
-	values[2] = Int16GetDatum((int16) row->priority);
-	values[3] = CStringGetTextDatum(row->tenant);
-	values[4] = CStringGetTextDatum(row->job_id);
-	values[5] = Int32GetDatum(row->attempt);
-	values[6] = Int32GetDatum(row->relative_attempt);
-	values[7] = row->task_id;
-	values[8] = Int64GetDatum(row->seq);
-	values[9] = BoolGetDatum(row->due);
-	if (row->limited)
-		values[10] = silo_holds_datum(row->holds);
-	else
-		nulls[10] = 'n';
-	values[11] = PointerGetDatum(&row->info_tid);
-	nulls[11] = row->has_info_tid ? ' ' : 'n';
-	values[12] = PointerGetDatum(&row->status_tid);
-	nulls[12] = row->has_status_tid ? ' ' : 'n';
+	task_values(row, values, isnull);
+	for (i = 0; i < 13; i++)
+		nulls[i] = isnull[i] ? 'n' : ' ';
 
 	if (silo_schema()->has_status_index)
 		silo_exec(&plan,
@@ -96,24 +111,6 @@ silo_task_insert_direct(SiloDirect *d, const SiloTaskRow *row)
 	Datum		values[TASK_NCOLS];
 	bool		nulls[TASK_NCOLS];
 
-	memset(nulls, 0, sizeof(nulls));
-	values[0] = CStringGetTextDatum(row->task_group);
-	values[1] = TimestampTzGetDatum(row->start_at);
-	values[2] = Int16GetDatum((int16) row->priority);
-	values[3] = CStringGetTextDatum(row->tenant);
-	values[4] = CStringGetTextDatum(row->job_id);
-	values[5] = Int32GetDatum(row->attempt);
-	values[6] = Int32GetDatum(row->relative_attempt);
-	values[7] = row->task_id;
-	values[8] = Int64GetDatum(row->seq);
-	values[9] = BoolGetDatum(row->due);
-	if (row->limited)
-		values[10] = silo_holds_datum(row->holds);
-	else
-		nulls[10] = true;
-	values[11] = PointerGetDatum(&row->info_tid);
-	nulls[11] = !row->has_info_tid;
-	values[12] = PointerGetDatum(&row->status_tid);
-	nulls[12] = !row->has_status_tid;
+	task_values(row, values, nulls);
 	silo_table_insert(t, values, nulls);
 }
