@@ -181,23 +181,6 @@ jobops_state_name(JobState *st, TimestampTz now)
 }
 
 /*
- * jobops_task_leased: whether task_id has a lease row now (a fresh
- * snapshot: used after waiting for a concurrent lease to commit).
- */
-static bool
-jobops_task_leased(Datum task_id)
-{
-	static SPIPlanPtr plan = NULL;
-	static const Oid types[1] = {UUIDOID};
-	Datum		values[1];
-
-	values[0] = task_id;
-	silo_exec(&plan, "SELECT 1 FROM silo.task_lease WHERE task_id = $1",
-			  1, types, values, NULL, false, 1);
-	return SPI_processed > 0;
-}
-
-/*
  * jobops_is_terminal: Succeeded, Failed or Cancelled.
  */
 static bool
@@ -267,7 +250,7 @@ silo_job_cancel(const char *tenant, const char *id, const char *fn)
 								   st.status, st.changed_at, "Cancelled", now);
 			silo_wait_job_ended(tenant, id);
 		}
-		else if (!jobops_task_leased(st.task_id))
+		else if (!silo_task_leased(st.task_id))
 		{
 			/* Neither waiting nor leased: bookkeeping is broken. */
 			ereport(ERROR,
@@ -375,7 +358,7 @@ jobops_expedite_chain(Datum *key, JobState *st, TimestampTz now)
 		ereport(ERROR,
 				(errcode(ERRCODE_SILO_JOB_NOT_EXPEDITABLE),
 				 errmsg("job cannot be expedited: %s",
-						jobops_task_leased(st->task_id) ? "job is running" : "no pending task")));
+						silo_task_leased(st->task_id) ? "job is running" : "no pending task")));
 	st->next_attempt_at = now;
 	jobops_chain_job(&job, key, st);
 	job.relative_attempt = DatumGetInt32(silo_col(0, 1, &isnull));
@@ -434,7 +417,7 @@ silo_job_expedite(const char *tenant, const char *id, const char *fn)
 		ereport(ERROR,
 				(errcode(ERRCODE_SILO_JOB_NOT_EXPEDITABLE),
 				 errmsg("job cannot be expedited: %s",
-						jobops_task_leased(st.task_id) ? "job is running" : "no pending task")));
+						silo_task_leased(st.task_id) ? "job is running" : "no pending task")));
 	silo_spi_finish();
 	silo_notify_group(st.task_group);
 }

@@ -74,23 +74,6 @@ reimport_lock(Datum *key, ReimportState *st)
 }
 
 /*
- * reimport_leased: whether task_id has a lease row now (a statement of its
- * own: a fresh snapshot, after the lock).
- */
-static bool
-reimport_leased(Datum task_id)
-{
-	static SPIPlanPtr plan = NULL;
-	static const Oid types[1] = {UUIDOID};
-	Datum		values[1];
-
-	values[0] = task_id;
-	silo_exec(&plan, "SELECT 1 FROM silo.task_lease WHERE task_id = $1",
-			  1, types, values, NULL, false, 1);
-	return SPI_processed > 0;
-}
-
-/*
  * reimport_jsonb_same: whether two nullable jsonb columns hold the same.
  */
 static bool
@@ -212,7 +195,7 @@ reimport_unschedule(Datum *key, ReimportState *st, TimestampTz now)
 	}
 	if (removed)
 		return;
-	if (reimport_leased(st->task_id))
+	if (silo_task_leased(st->task_id))
 		silo_import_running(TextDatumGetCString(key[0]), TextDatumGetCString(key[1]));
 	ereport(ERROR,
 			(errcode(ERRCODE_SILO_INTERNAL),
@@ -294,7 +277,7 @@ silo_reimport_job(SiloImportJob *job, Datum *key, TimestampTz now, List **chains
 		ereport(ERROR,
 				(errcode(ERRCODE_SILO_INTERNAL),
 				 errmsg("pending job \"%s\" has no task", job->job.id)));
-	if (pending && reimport_leased(st.task_id))
+	if (pending && silo_task_leased(st.task_id))
 		silo_import_running(job->job.tenant, job->job.id);
 	if (strcmp(st.status, "Succeeded") == 0)
 	{

@@ -161,3 +161,22 @@ silo_holds_list(Datum arr)
 		out = lappend(out, TextDatumGetCString(elems[i]));
 	return out;
 }
+
+/*
+ * silo_task_leased: whether task_id has a lease row now, read by a
+ * statement of its own (a fresh snapshot): for a job operation or a
+ * re-import that waited on the job's lock while a lease committed.  SPI
+ * must be connected.
+ */
+bool
+silo_task_leased(Datum task_id)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[1] = {UUIDOID};
+	Datum		values[1];
+
+	values[0] = task_id;
+	silo_exec(&plan, "SELECT 1 FROM silo.task_lease WHERE task_id = $1",
+			  1, types, values, NULL, false, 1);
+	return SPI_processed > 0;
+}

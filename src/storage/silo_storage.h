@@ -100,6 +100,7 @@ extern void silo_status_index_move(const char *tenant, const char *id,
 								   const char *new_status, TimestampTz new_at);
 
 /* leases.c: rows of silo.task_lease */
+extern bool silo_task_leased(Datum task_id);
 
 /* A lease row, as taken (deleted) by a report or by the sweep. */
 typedef struct SiloLease
