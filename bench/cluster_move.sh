@@ -3,7 +3,11 @@
 # (docs/cluster.md, "Moving a shard"), against its size.  Not part of
 # make test or make bench; run it by hand after make install:
 #
-#   bash bench/cluster_move.sh [JOBS...]      default: 10000 100000
+#   bash bench/cluster_move.sh [JOBS | PENDING+FINISHED ...]   default: 10000 100000
+#
+# JOBS: half finished, a quarter running, a quarter pending.
+# PENDING+FINISHED (e.g. 100000+1000000): that many jobs pending and that
+# many finished, none running.
 #
 # For each size: a single-member etcd and two nodes (127.0.0.1 and Unix
 # sockets in a temporary directory, stopped by pid at the end).  Node 1
@@ -65,8 +69,15 @@ ETCD_PID=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$((PORT + 10))/health" >/dev/null && break; sleep 0.1; done
 
 round=0
-for jobs in "${SIZES[@]}"; do
+for size in "${SIZES[@]}"; do
 	round=$((round + 1))
+	if [[ $size == *+* ]]; then
+		pending=${size%+*} finished=${size#*+} running=0
+	else
+		finished=$((size / 2)) running=$((size / 4))
+		pending=$((size - finished - running))
+	fi
+	jobs=$((pending + finished + running))
 	prefix="bench$round"
 	for n in 1 2; do
 		rm -rf "$DIR/n$n"
@@ -106,12 +117,12 @@ EOF
 			FROM generate_series($((b * 5000 + 1)), $(((b + 1) * 5000 < jobs ? (b + 1) * 5000 : jobs))) g,
 			LATERAL (SELECT t FROM bench_tenants OFFSET g % 50 LIMIT 1) x" >/dev/null
 	done
-	# half finished, a quarter running (leases of 10 minutes), in batches of 1000
-	for _ in $(seq $((jobs / 2000))); do
+	# finished, then running (leases of 10 minutes), in batches of 1000
+	for _ in $(seq $((finished / 1000))); do
 		psql_n 1 -c "SELECT count(*) FROM silo.complete_many((SELECT array_agg(task_id)
 			FROM silo.lease('w', 'bench', max_tasks => 1000)), 'w')" >/dev/null
 	done
-	for _ in $(seq $((jobs / 4000))); do
+	for _ in $(seq $((running / 1000))); do
 		psql_n 1 -c "SELECT count(*) FROM silo.lease('w', 'bench', max_tasks => 1000, lease_ms => 600000)" >/dev/null
 	done
 	fill=$(echo "$(date +%s.%N) - $t0" | bc)
@@ -178,7 +189,12 @@ EOF
 	synced=$(grep "shard $shard: move [0-9]* from \"n1\" to \"n2\" synced" "$DIR/n2-$round.log" | head -1 | cut -c1-23)
 	copy_s=$(psql_n 1 -c "SELECT round(extract(epoch FROM '$synced'::timestamptz - '$copying'::timestamptz)::numeric, 2)")
 	client_ms=$(echo "($served - $unavailable) * 1000 / 1" | bc)
-	printf '%s jobs (%s rows in the shard; filled in %.1f s): copy %s s; pause as logged %s ms; SL021 on node 1 -> served on node 2 %s ms; join -> served %.1f s\n' \
-		"$jobs" "$rows" "$fill" "$copy_s" "$logged" "$client_ms" "$(echo "$served - $t1" | bc)"
+	# how each side summed, and when the source's sums were done
+	src_sum=$(grep -o "shard $shard: summed [a-z ]*, [0-9]* ms into the pause" "$DIR/n1-$round.log" | head -1 |
+		sed 's/.*: summed //')
+	tgt_sum=$(grep -o "shard $shard: summed the [a-z ]*" "$DIR/n2-$round.log" | head -1 | sed 's/.*: summed //')
+	printf '%s jobs (%s pending, %s running, %s finished; %s rows in the shard; filled in %.1f s): copy %s s; pause as logged %s ms; SL021 on node 1 -> served on node 2 %s ms; join -> served %.1f s; source summed %s; target summed %s\n' \
+		"$jobs" "$pending" "$running" "$finished" "$rows" "$fill" "$copy_s" "$logged" "$client_ms" \
+		"$(echo "$served - $t1" | bc)" "$src_sum" "$tgt_sum"
 	for n in 2 1; do as_pg "$PGBIN/pg_ctl" -D "$DIR/n$n" -m fast -w stop >/dev/null; done
 done

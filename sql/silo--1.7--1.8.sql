@@ -93,3 +93,45 @@ SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET jit = off;
 
 REVOKE ALL ON FUNCTION silo.import_jobs(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION silo.import_jobs(jsonb) TO silo_producer, silo_admin;
+
+/* ---- Cluster mode: a move's setsums with only the tail summed in the pause ---- */
+
+/*
+ * A move's setsums, in silo.shard_setsums' form, with the shard's rows
+ * summed before the pause and only the rows changed since summed again
+ * during it (src/cluster/tail.c; docs/cluster.md, "The setsums and the
+ * tail").  The coordinator's, over a session of its own; it returns once
+ * silo.shard_state says finish_state with a final LSN for the move, and
+ * fails past limit_ms.  The same output settings as silo.shard_setsums.
+ */
+CREATE FUNCTION silo.move_tail_setsums(shard integer, move bigint, lo bigint, hi bigint,
+									   publication text, finish_state text, limit_ms integer)
+RETURNS text
+AS 'MODULE_PATHNAME', 'silo_move_tail_setsums'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp SET "TimeZone" = 'UTC' SET "DateStyle" = 'ISO, YMD'
+SET "IntervalStyle" = 'postgres' SET extra_float_digits = 1 SET bytea_output = 'hex';
+
+/* the target: a publication of the shard's rows it receives, which only
+ * the tail's decoding reads (nobody subscribes to it); dropped with the
+ * move's subscription */
+CREATE FUNCTION silo.move_tail_publish(shard integer, lo bigint, hi bigint)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	pub text := format('silo_tail_%s', shard);
+BEGIN
+	IF EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = pub) THEN
+		EXECUTE format('DROP PUBLICATION %I', pub);
+	END IF;
+	EXECUTE (SELECT format('CREATE PUBLICATION %I FOR ', pub)
+					|| string_agg(format('TABLE %s (%s) WHERE (%s)', t, silo.shard_columns(t),
+										 silo.shard_filter(lo, hi)), ', ')
+					|| ' WITH (publish = ''insert, update, delete'')'
+			   FROM silo.shard_tables() t);
+END
+$$;
+
+REVOKE ALL ON FUNCTION silo.move_tail_setsums(integer, bigint, bigint, bigint, text, text, integer),
+	silo.move_tail_publish(integer, bigint, bigint) FROM PUBLIC;

@@ -51,9 +51,14 @@
 set -uo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd) || exit 1
-PGBIN=/usr/lib/postgresql/15/bin
+# SILO_PGBIN: the bin directory of a private copy of the PostgreSQL tree
+# (usr/lib/postgresql/15, usr/share/postgresql/15 and usr/include/postgresql
+# copied under one directory; PostgreSQL finds its files relative to its
+# binaries), to install into and test against instead of the system's, so
+# that two checkouts can test at once
+PGBIN=${SILO_PGBIN:-/usr/lib/postgresql/15/bin}
 PG_CONFIG=$PGBIN/pg_config
-PGXS_DIR=/usr/lib/postgresql/15/lib/pgxs
+PGXS_DIR=${PGBIN%/bin}/lib/pgxs
 PG_REGRESS=$PGXS_DIR/src/test/regress/pg_regress
 PG_ISOLATION_REGRESS=$PGXS_DIR/src/test/isolation/pg_isolation_regress
 SUITE_TIMEOUT=${SILO_SUITE_TIMEOUT:-900}

@@ -23,6 +23,7 @@ PG_FUNCTION_INFO_V1(silo_tenant_hash_sql);
 PG_FUNCTION_INFO_V1(silo_shard_served);
 PG_FUNCTION_INFO_V1(silo_shard_drain);
 PG_FUNCTION_INFO_V1(silo_shard_forget_hints);
+PG_FUNCTION_INFO_V1(silo_move_tail_setsums);
 
 /*
  * cluster_int128_numeric: an int128 (a shard bound, up to 2^63) as a
@@ -233,4 +234,27 @@ silo_shard_forget_hints(PG_FUNCTION_ARGS)
 	silo_set_refresh_hint(true);
 	silo_wake_broker_at_commit();
 	PG_RETURN_VOID();
+}
+
+/*
+ * silo_move_tail_setsums: SQL function silo.move_tail_setsums(shard, move,
+ * lo, hi, publication, finish_state, limit_ms), a move's setsums with only
+ * the tail summed during the pause (cluster/tail.c); the coordinator's,
+ * over a connection of its own.  hi NULL: the range ends at 2^63.
+ */
+Datum
+silo_move_tail_setsums(PG_FUNCTION_ARGS)
+{
+	char	   *result;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2) || PG_ARGISNULL(4) ||
+		PG_ARGISNULL(5) || PG_ARGISNULL(6))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("only the upper bound of silo.move_tail_setsums may be null")));
+	result = silo_cluster_tail_setsums(PG_GETARG_INT32(0), PG_GETARG_INT64(1), PG_GETARG_INT64(2),
+									   PG_ARGISNULL(3), PG_ARGISNULL(3) ? 0 : PG_GETARG_INT64(3),
+									   text_to_cstring(PG_GETARG_TEXT_PP(4)),
+									   text_to_cstring(PG_GETARG_TEXT_PP(5)), PG_GETARG_INT32(6));
+	PG_RETURN_TEXT_P(cstring_to_text(result));
 }

@@ -140,4 +140,8 @@ extern int	silo_max_moves_in;
 extern char *silo_test_move_pause_at;
 extern XLogRecPtr silo_cluster_drain(int shard, int timeout_ms);
 
+/* tail.c: a move's setsums, the pause summing only what changed */
+extern char *silo_cluster_tail_setsums(int shard, int64 move, int64 lo, bool hi_null, int64 hi,
+									   const char *pub, const char *finish_state, int limit_ms);
+
 #endif							/* SILO_CLUSTER_H */

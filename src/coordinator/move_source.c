@@ -85,6 +85,7 @@ src_abort(CoordState *cs, int shard, const char *why)
 		run->aborting = true;
 		strlcpy(run->abort_why, why, sizeof(run->abort_why));
 	}
+	coord_tail_stop(cs, shard);
 	if (!cs->local_loaded || cs->local[shard].state != LOCAL_PAUSED)
 		src_unpause(cs, shard);
 	if (coord_move_txn(cs, shard, MOVE_ABORTED, run->abort_why, NULL, 0, NULL, 0, NULL))
@@ -159,6 +160,17 @@ src_pause(CoordState *cs, int shard)
 				src_abort(cs, shard, psprintf("the target did not catch up within %d s",
 											  CATCH_UP_LIMIT_MS / 1000));
 				return;
+			}
+			/* the rows summed before the pause, so that it sums only the tail */
+			if (l->state != LOCAL_PAUSED)
+			{
+				coord_tail_start(cs, shard, psprintf("silo_move_%d", shard), "paused");
+				coord_tail_poll(cs, shard);
+				if (run->tail_state == TAIL_SUMMING)
+				{
+					run->synced_at_us = now;	/* not the target's catch-up */
+					return;
+				}
 			}
 			if (coord_sql_take(cs, shard, SQL_SRC_LAG, &ok, &value) && ok && value &&
 				(strtoll(value, NULL, 10) < PAUSE_LAG_BYTES || l->state == LOCAL_PAUSED))
@@ -236,19 +248,51 @@ src_pause(CoordState *cs, int shard)
 }
 
 /*
- * src_sum: phase drained without the source's setsums yet: sum the
- * shard's rows (frozen since the pause) and put them into the record,
- * which stays in phase drained.  The target sums its copy meanwhile.
+ * src_summed: the source's setsums are known (by its tail or by a sum of
+ * the whole shard): log how far into the pause, put them into the record.
+ */
+static void
+src_summed(CoordState *cs, int shard, const char *setsums, const char *how)
+{
+	CoordMove  *m = &cs->moves[shard];
+	CoordMoveRun *run = &cs->runs[shard];
+
+	m->setsums = MemoryContextStrdup(cs->cxt, setsums);
+	ereport(LOG,
+			(errmsg("silo coordinator: shard %d: summed %s, %lld ms into the pause", shard, how,
+					(long long) (run->paused_at_us ?
+								 (silo_monotonic_us() - run->paused_at_us) / 1000 : 0))));
+	(void) coord_move_txn(cs, shard, MOVE_DRAINED, NULL, NULL, 0, NULL, 0, NULL);
+}
+
+/*
+ * src_sum: phase drained without the source's setsums yet: take them from
+ * the tail (move_tail.c) or, without one, sum the shard's rows (frozen
+ * since the pause); then into the record, which stays in phase drained.
+ * The target sums its copy meanwhile.
  */
 static void
 src_sum(CoordState *cs, int shard)
 {
 	CoordMove  *m = &cs->moves[shard];
+	CoordMoveRun *run = &cs->runs[shard];
 	bool		ok;
 	char	   *value;
 	char		lo[32];
 	char		hi[32];
 
+	coord_tail_poll(cs, shard);
+	if (run->tail_move_id == m->create_revision)
+	{
+		if (run->tail_state == TAIL_SUMMING || run->tail_state == TAIL_READY)
+			return;
+		if (run->tail_state == TAIL_DONE)
+		{
+			src_summed(cs, shard, run->tail_result, "the tail");
+			coord_tail_stop(cs, shard);
+			return;
+		}
+	}
 	if (coord_sql_take(cs, shard, SQL_SRC_SETSUMS, &ok, &value))
 	{
 		if (!ok || value == NULL)
@@ -256,8 +300,7 @@ src_sum(CoordState *cs, int shard)
 			src_abort(cs, shard, "could not sum the shard's rows");
 			return;
 		}
-		m->setsums = MemoryContextStrdup(cs->cxt, value);
-		(void) coord_move_txn(cs, shard, MOVE_DRAINED, NULL, NULL, 0, NULL, 0, NULL);
+		src_summed(cs, shard, value, "the whole shard");
 		return;
 	}
 	if (coord_sql_pending(cs, shard))
@@ -360,6 +403,9 @@ coord_move_source(CoordState *cs, int shard)
 	if (!m->present || m->phase == MOVE_NONE || strcmp(m->source, silo_node_id) != 0)
 	{
 		/* the move is over: a shard still this node's keeps its rows */
+		if (run->tail_state != TAIL_NONE &&
+			(!m->present || strcmp(m->target, silo_node_id) != 0))
+			coord_tail_stop(cs, shard);
 		(void) src_cleanup(cs, shard, l->state != LOCAL_RELEASED && coord_owner_is_me(o));
 		return;
 	}
@@ -371,6 +417,7 @@ coord_move_source(CoordState *cs, int shard)
 		run->peer_gone_us = 0;
 		run->synced_at_us = 0;
 		run->aborting = false;
+		coord_tail_stop(cs, shard);
 	}
 	if (coord_move_held(cs, shard, m->phase))
 		return;
@@ -432,6 +479,12 @@ coord_move_source(CoordState *cs, int shard)
 			break;
 		case MOVE_PUBLISHED:
 		case MOVE_COPYING:
+			/* the rows summed while the target copies (move_tail.c) */
+			if (l->state == LOCAL_SENDING)
+			{
+				coord_tail_start(cs, shard, psprintf("silo_move_%d", shard), "paused");
+				coord_tail_poll(cs, shard);
+			}
 			break;
 		case MOVE_SYNCED:
 			src_pause(cs, shard);

@@ -27,7 +27,7 @@
 
 /*
  * tgt_unsubscribe_sql: drop the shard's subscription, if any, leaving its
- * slot to the source.
+ * slot to the source, and the publication its tail decodes.
  */
 static char *
 tgt_unsubscribe_sql(int shard)
@@ -36,8 +36,9 @@ tgt_unsubscribe_sql(int shard)
 					" WHERE subname = 'silo_move_%d') THEN"
 					" ALTER SUBSCRIPTION silo_move_%d DISABLE;"
 					" ALTER SUBSCRIPTION silo_move_%d SET (slot_name = NONE);"
-					" DROP SUBSCRIPTION silo_move_%d; END IF; END$$",
-					shard, shard, shard, shard);
+					" DROP SUBSCRIPTION silo_move_%d; END IF;"
+					" DROP PUBLICATION IF EXISTS silo_tail_%d; END$$",
+					shard, shard, shard, shard, shard);
 }
 
 /*
@@ -46,6 +47,7 @@ tgt_unsubscribe_sql(int shard)
 static void
 tgt_abort(CoordState *cs, int shard, const char *why)
 {
+	coord_tail_stop(cs, shard);
 	(void) coord_move_txn(cs, shard, MOVE_ABORTED, why, NULL, 0, NULL, 0, NULL);
 }
 
@@ -232,6 +234,92 @@ tgt_subscribe(CoordState *cs, int shard)
 }
 
 /*
+ * tgt_tail_begin: phase synced: publish the rows being received for the
+ * tail to decode, and start the tail (move_tail.c), once per move.
+ */
+static void
+tgt_tail_begin(CoordState *cs, int shard)
+{
+	CoordMove  *m = &cs->moves[shard];
+	CoordMoveRun *run = &cs->runs[shard];
+	bool		ok;
+	char	   *value;
+	char		lo[32];
+	char		hi[32];
+
+	if (run->tail_move_id == m->create_revision)
+	{
+		coord_tail_poll(cs, shard);
+		return;
+	}
+	if (coord_sql_take(cs, shard, SQL_TGT_TAIL_PUBLISH, &ok, &value))
+	{
+		if (ok)
+			coord_tail_start(cs, shard, psprintf("silo_tail_%d", shard), "receiving");
+		else
+		{
+			ereport(LOG,
+					(errmsg("silo coordinator: shard %d: the pause sums the whole copy: %s", shard,
+							value ? value : "the publication failed")));
+			run->tail_move_id = m->create_revision;
+			run->tail_state = TAIL_FAILED;
+		}
+		return;
+	}
+	if (coord_sql_pending(cs, shard))
+		return;
+	coord_move_bounds(cs, shard, lo, hi);
+	(void) coord_sql_send(cs, shard, SQL_TGT_TAIL_PUBLISH,
+						  psprintf("SELECT silo.move_tail_publish(%d, %s, %s)", shard, lo, hi));
+}
+
+/*
+ * tgt_tail_sum: phase drained, with a tail running for this move: record
+ * this node's WAL position (every change of the shard has been applied
+ * before it: the source's slot confirmed its final LSN), which ends the
+ * tail, and take its setsums.  true when there is no tail to wait for
+ * (any more): the copy is then summed whole.
+ */
+static bool
+tgt_tail_sum(CoordState *cs, int shard)
+{
+	CoordMove  *m = &cs->moves[shard];
+	CoordMoveRun *run = &cs->runs[shard];
+	bool		ok;
+	char	   *value;
+
+	coord_tail_poll(cs, shard);
+	if (run->tail_move_id != m->create_revision ||
+		(run->tail_state != TAIL_SUMMING && run->tail_state != TAIL_READY &&
+		 run->tail_state != TAIL_DONE))
+		return true;
+	if (!run->tail_lsn_sent)
+	{
+		if (coord_sql_take(cs, shard, SQL_TGT_TAIL_LSN, &ok, &value))
+		{
+			if (ok)
+				run->tail_lsn_sent = true;
+			else
+				coord_tail_stop(cs, shard);
+			return !ok;
+		}
+		if (!coord_sql_pending(cs, shard))
+			(void) coord_sql_send(cs, shard, SQL_TGT_TAIL_LSN,
+								  psprintf("SELECT silo.shard_state_set(%d, 'receiving', %lld, %s,"
+										   " pg_catalog.pg_current_wal_insert_lsn())",
+										   shard, (long long) m->create_revision,
+										   quote_literal_cstr(m->source)));
+		return false;
+	}
+	if (run->tail_state != TAIL_DONE)
+		return false;
+	run->setsums = MemoryContextStrdup(cs->cxt, run->tail_result);
+	ereport(LOG, (errmsg("silo coordinator: shard %d: summed the copy with its tail", shard)));
+	coord_tail_stop(cs, shard);
+	return true;
+}
+
+/*
  * tgt_verify: phase drained: the source paused and its slot confirmed
  * its final LSN, so every change is here.  Sum the copy (while the
  * source sums its rows); equal setsums: 'received', phase verified.  (The subscription is dropped with the
@@ -262,6 +350,8 @@ tgt_verify(CoordState *cs, int shard)
 		}
 		return;
 	}
+	if (run->setsums == NULL && !tgt_tail_sum(cs, shard))
+		return;
 	if (coord_sql_take(cs, shard, SQL_TGT_SETSUMS, &ok, &value))
 	{
 		if (!ok || value == NULL)
@@ -270,6 +360,8 @@ tgt_verify(CoordState *cs, int shard)
 			return;
 		}
 		run->setsums = MemoryContextStrdup(cs->cxt, value);
+		ereport(LOG,
+				(errmsg("silo coordinator: shard %d: summed the whole copy", shard)));
 	}
 	if (coord_sql_pending(cs, shard))
 		return;
@@ -304,21 +396,30 @@ tgt_verify(CoordState *cs, int shard)
 
 /*
  * tgt_progress: phase copying: the subscription's tables, polled; every
- * one ready: phase synced.
+ * one ready: the tail's sum of the copy (so that the source pauses only
+ * once both sides have summed), then phase synced.
  */
 static void
 tgt_progress(CoordState *cs, int shard)
 {
+	CoordMove  *m = &cs->moves[shard];
 	CoordMoveRun *run = &cs->runs[shard];
 	bool		ok;
 	char	   *value;
 
+	if (run->step == 2)
+	{
+		tgt_tail_begin(cs, shard);
+		if (run->tail_move_id == m->create_revision && run->tail_state != TAIL_SUMMING)
+			(void) coord_move_txn(cs, shard, MOVE_SYNCED, NULL, NULL, 0, NULL, 0, NULL);
+		return;
+	}
 	if (coord_sql_take(cs, shard, SQL_TGT_PROGRESS, &ok, &value))
 	{
 		if (!ok || value == NULL)
 			return;
 		if (strcmp(value, "ready") == 0)
-			(void) coord_move_txn(cs, shard, MOVE_SYNCED, NULL, NULL, 0, NULL, 0, NULL);
+			run->step = 2;
 		else if (strcmp(value, "none") == 0)
 			tgt_abort(cs, shard, "the subscription is gone");
 		else if (strncmp(value, "errors:", 7) == 0)
@@ -346,6 +447,9 @@ coord_move_target(CoordState *cs, int shard)
 
 	if (!m->present || m->phase == MOVE_NONE || strcmp(m->target, silo_node_id) != 0)
 	{
+		if (run->tail_state != TAIL_NONE && run->tail_move_id != 0 &&
+			(!m->present || strcmp(m->source, silo_node_id) != 0))
+			coord_tail_stop(cs, shard);
 		if (cs->local[shard].state == LOCAL_RECEIVED && coord_owner_is_me(o))
 			tgt_finish(cs, shard);
 		else
@@ -365,6 +469,7 @@ coord_move_target(CoordState *cs, int shard)
 		if (run->setsums)
 			pfree(run->setsums);
 		run->setsums = NULL;
+		coord_tail_stop(cs, shard);
 	}
 	if (coord_move_held(cs, shard, m->phase))
 		return;
@@ -390,8 +495,10 @@ coord_move_target(CoordState *cs, int shard)
 	{
 		case MOVE_NONE:
 		case MOVE_REQUESTED:
-		case MOVE_SYNCED:
 		case MOVE_VERIFIED:
+			break;
+		case MOVE_SYNCED:
+			coord_tail_poll(cs, shard);
 			break;
 		case MOVE_PUBLISHED:
 			tgt_subscribe(cs, shard);

@@ -69,11 +69,14 @@ sql_quote(const char *v)
 }
 
 /*
- * sql_conninfo: how to reach this node as the bootstrap superuser, with
- * the session's settings pinned.
+ * coord_sql_conninfo: how to reach this node as the bootstrap superuser,
+ * with the session's settings pinned, as application_name (also used by
+ * the tail's session, move_tail.c).  client_connection_check_interval:
+ * a statement still running when the coordinator has gone ends within a
+ * second.
  */
-static char *
-sql_conninfo(void)
+char *
+coord_sql_conninfo(const char *application_name)
 {
 	const char *dirs = GetConfigOption("unix_socket_directories", false, false);
 	char	   *host = pstrdup(dirs && dirs[0] ? dirs : "localhost");
@@ -85,15 +88,17 @@ sql_conninfo(void)
 	StartTransactionCommand();
 	user = MemoryContextStrdup(TopMemoryContext, GetUserNameFromId(BOOTSTRAP_SUPERUSERID, false));
 	CommitTransactionCommand();
-	return psprintf("host=%s port=%d dbname=%s user=%s application_name='silo coordinator moves' "
+	return psprintf("host=%s port=%d dbname=%s user=%s application_name=%s "
 					"connect_timeout=2 options='-c search_path=pg_catalog,pg_temp -c role=none "
 					"-c default_transaction_isolation=read\\\\ committed "
 					"-c default_transaction_read_only=off -c statement_timeout=0 "
 					"-c lock_timeout=0 -c idle_in_transaction_session_timeout=0 "
 					"-c idle_session_timeout=0 -c synchronous_commit=on "
-					"-c standard_conforming_strings=on -c session_replication_role=origin'",
+					"-c standard_conforming_strings=on -c session_replication_role=origin "
+					"-c client_connection_check_interval=1000'",
 					sql_quote(host), PostPortNumber,
-					sql_quote(GetConfigOption("silo.database", false, false)), sql_quote(user));
+					sql_quote(GetConfigOption("silo.database", false, false)), sql_quote(user),
+					sql_quote(application_name));
 }
 
 /*
@@ -111,7 +116,7 @@ sql_connect(CoordState *cs)
 	if (silo_monotonic_us() < q->next_connect_us)
 		return false;
 	coord_sql_close(cs);
-	q->conn = PQconnectdb(sql_conninfo());
+	q->conn = PQconnectdb(coord_sql_conninfo("silo coordinator moves"));
 	if (PQstatus(q->conn) != CONNECTION_OK)
 	{
 		if (!q->connect_failing)

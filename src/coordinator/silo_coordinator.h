@@ -122,6 +122,16 @@ typedef struct CoordLocal
 } CoordLocal;
 
 /* what this node is doing about a shard's move right now (not durable) */
+/* a move's tail session (move_tail.c) */
+typedef enum CoordTailState
+{
+	TAIL_NONE = 0,				/* not started for this move, or stopped */
+	TAIL_SUMMING,				/* summing the rows before the pause */
+	TAIL_READY,					/* summed; waiting for the pause's end */
+	TAIL_DONE,					/* the setsums are in tail_result */
+	TAIL_FAILED					/* sum the whole shard instead */
+} CoordTailState;
+
 typedef struct CoordMoveRun
 {
 	int64		move_id;		/* the move step belongs to */
@@ -140,6 +150,13 @@ typedef struct CoordMoveRun
 	char		lsn[32];
 	char		paused_at[40];	/* wall clock, for the record */
 	char	   *setsums;		/* the source's own, during the pause */
+	/* the tail's session (move_tail.c) */
+	void	   *tail_conn;		/* PGconn *: libpq's header stays out of here */
+	CoordTailState tail_state;
+	int64		tail_move_id;	/* the move the tail was started for */
+	uint64		tail_started_us;
+	bool		tail_lsn_sent;	/* the target recorded its LSN for the tail */
+	char	   *tail_result;	/* TAIL_DONE: the setsums */
 } CoordMoveRun;
 
 /* what a move's statement is for (CoordSql.tag), per shard */
@@ -162,6 +179,8 @@ typedef enum CoordSqlTag
 	SQL_TGT_SETSUMS,
 	SQL_TGT_RECEIVED,
 	SQL_TGT_ACQUIRED,
+	SQL_TGT_TAIL_PUBLISH,		/* silo.move_tail_publish */
+	SQL_TGT_TAIL_LSN,			/* the target's LSN for its tail */
 	SQL_SWEEP					/* silo.move_source_sweep (shard -1) */
 } CoordSqlTag;
 
@@ -328,6 +347,13 @@ extern bool coord_sql_pending(CoordState *cs, int shard);
 extern bool coord_local_load(CoordState *cs);
 extern CoordLocalState coord_local_state_of(const char *name);
 extern void coord_sql_close(CoordState *cs);
+extern char *coord_sql_conninfo(const char *application_name);
+
+/* move_tail.c */
+extern void coord_tail_start(CoordState *cs, int shard, const char *publication,
+							 const char *finish_state);
+extern void coord_tail_poll(CoordState *cs, int shard);
+extern void coord_tail_stop(CoordState *cs, int shard);
 extern void coord_sql_discard_unclaimed(CoordState *cs);
 
 /* placement.c */

@@ -6,7 +6,8 @@
 #     future), running with leases, finished, holding and waiting for
 #     concurrency slots;
 #  2. node 2 joins: the shards placement gives it move, with equal
-#     setsums, while a small workload runs through both nodes following
+#     setsums (each side summing only the tail during the pause), while a
+#     small workload runs through both nodes following
 #     SL020 and retrying SL021; a lease taken on node 1 before its shard
 #     moved completes on node 2; every job is on exactly one node, on the
 #     node that owns its shard; node 2's enqueue order continues past what
@@ -373,6 +374,7 @@ is($state, 't|t|t', 'slots held and waited for, future tasks');
 # 2. node 2 joins: shards move, with the workload running
 # ---------------------------------------------------------------------------
 my $pos2 = 0;
+my $pos1 = -s $n1->logfile;
 start_node($n2);
 $n2->{up} = 1;
 my $want = placement($n1, 'n1', 'n2');
@@ -385,6 +387,12 @@ my ($agree, $differ, @pauses) = setsum_lines($n2, $pos2);
 is($agree, $moving, "node 2 verified $moving copies by setsum");
 is($differ, 0, '... no setsums differed');
 note("pauses (ms): @pauses");
+{
+	# each side summed the shard before the pause and only its tail in it
+	my $src = () = substr(slurp_file($n1->logfile), $pos1) =~ /summed the tail,/g;
+	my $tgt = () = substr(slurp_file($n2->logfile), $pos2) =~ /summed the copy with its tail/g;
+	is("$src/$tgt", "$moving/$moving", '... each side summed only the tail during the pause');
+}
 check_exactly_once(\@nodes, \%expected, 'after the join');
 
 # a lease taken on node 1 before its shard moved completes on node 2
@@ -436,8 +444,9 @@ check_exactly_once(\@nodes, \%expected, 'after the join');
 		'0', 'no row hint on node 2 points at another row');
 	is($n1->safe_psql('postgres', q{SELECT count(*) FROM pg_replication_slots}) . '/'
 		  . $n1->safe_psql('postgres', q{SELECT count(*) FROM pg_publication}) . '/'
-		  . $n2->safe_psql('postgres', q{SELECT count(*) FROM pg_subscription}),
-		'0/0/0', 'no slot, publication or subscription is left');
+		  . $n2->safe_psql('postgres', q{SELECT count(*) FROM pg_subscription}) . '/'
+		  . $n2->safe_psql('postgres', q{SELECT count(*) FROM pg_publication}),
+		'0/0/0/0', 'no slot, publication or subscription is left');
 	is($n1->safe_psql('postgres', q{SELECT count(*) FROM silo.shard_state WHERE state <> 'owned'})
 		  . '/' . $n2->safe_psql('postgres', q{SELECT count(*) FROM silo.shard_state WHERE state <> 'owned'}),
 		'0/0', 'every shard_state row says owned');
@@ -502,6 +511,26 @@ sub kill_during
 	{
 		set_hold($hold_node, '');
 		return;
+	}
+	if ($opt{tail_checked})
+	{
+		# the source's setsums, summed before the pause and completed with
+		# the tail, are the sums of all of the paused shard's rows
+		my $sums;
+		my $until = time() + 60;
+		while (time() < $until && !$sums)
+		{
+			my $m = moves() // {};
+			$sums = $m->{$shard}{setsums} if $m->{$shard};
+			usleep(50_000) unless $sums;
+		}
+		my $whole = $victim->safe_psql('postgres',
+			"SELECT silo.shard_setsums(range_start::bigint, CASE WHEN range_end < 9223372036854775808"
+			  . " THEN range_end::bigint END) FROM silo.cluster_info WHERE shard_id = $shard");
+		is($sums // '', $whole,
+			"$label: the source's setsums in the record are the sums of the whole paused shard");
+		like(slurp_file($victim->logfile), qr/shard $shard: summed the tail,/,
+			"$label: ... computed from its tail");
 	}
 	if ($opt{copy_hidden})
 	{
@@ -594,7 +623,7 @@ $n2->safe_psql('postgres', q{ALTER SYSTEM RESET silo.draining; SELECT pg_reload_
 # 5. kill -9 of the source while the shard is paused
 # ---------------------------------------------------------------------------
 kill_during($n1, $n2, 'drained', 'kill -9 of the source while paused',
-	paused_after_restart => 1, copy_hidden => 1);
+	paused_after_restart => 1, copy_hidden => 1, tail_checked => 1);
 
 # ---------------------------------------------------------------------------
 # the long scenarios: every other step, either node
