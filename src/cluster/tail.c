@@ -56,6 +56,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/pg_lsn.h"
 #include "utils/snapmgr.h"
 #include "storage/latch.h"
@@ -91,6 +92,7 @@ typedef struct Tail
 	TailTable  *tables;
 	Snapshot	next;			/* this round's T' */
 	bool		carry;			/* T' does not see the transaction being read */
+	MemoryContext round_cxt;	/* the last round's keys (the carried ones) */
 } Tail;
 
 /*
@@ -416,6 +418,9 @@ tail_round(Tail *t, const char *slot, const char *pub, Snapshot *snapshot)
 {
 	Snapshot	next = RegisterSnapshot(GetLatestSnapshot());
 	XLogRecPtr	upto = GetXLogInsertRecPtr();
+	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "silo tail round",
+											  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
 	int			i;
 
 	uint64		t0 = silo_monotonic_us();
@@ -457,6 +462,11 @@ tail_round(Tail *t, const char *slot, const char *pub, Snapshot *snapshot)
 							 (long long) (silo_monotonic_us() - t1) / 1000)));
 	UnregisterSnapshot(*snapshot);
 	*snapshot = next;
+	/* this round's keys stay for the next one; the last round's go */
+	MemoryContextSwitchTo(old);
+	if (t->round_cxt != NULL)
+		MemoryContextDelete(t->round_cxt);
+	t->round_cxt = cxt;
 }
 
 /*
@@ -479,6 +489,7 @@ tail_finish_lsn(int shard, int64 move, const char *finish_state)
 				 errmsg("the move of shard %d is over on this node", shard)));
 	state = tail_value(0, 1);
 	lsn = tail_value(0, 2);
+	SPI_freetuptable(SPI_tuptable);
 	if (strcmp(state, finish_state) != 0 || lsn == NULL)
 		return InvalidXLogRecPtr;
 	return DatumGetLSN(DirectFunctionCall1(pg_lsn_in, CStringGetDatum(lsn)));
@@ -500,6 +511,7 @@ silo_cluster_tail_setsums(int shard, int64 move, int64 lo, bool hi_null, int64 h
 	Snapshot	snapshot;
 	uint64		start = silo_monotonic_us();
 	uint64		round_us = start;
+	MemoryContext loop_cxt;
 	StringInfoData out;
 	int			i;
 
@@ -521,9 +533,14 @@ silo_cluster_tail_setsums(int shard, int64 move, int64 lo, bool hi_null, int64 h
 			(errmsg("silo: the rows of shard %d are summed up to the tail", shard)));
 
 	/* a round every ROUND_MS; the pause's end looked for every POLL_MS */
+	loop_cxt = AllocSetContextCreate(CurrentMemoryContext, "silo tail loop", ALLOCSET_SMALL_SIZES);
 	for (;;)
 	{
+		MemoryContext old = MemoryContextSwitchTo(loop_cxt);
 		bool		last = tail_finish_lsn(shard, move, finish_state) != InvalidXLogRecPtr;
+
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(loop_cxt);
 
 		if (last || silo_monotonic_us() - round_us >= ROUND_MS * 1000)
 		{
