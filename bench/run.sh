@@ -7,10 +7,12 @@
 #
 # Environment (all optional):
 #   BENCH_WORKLOADS    sections to run, in this order (default all:
-#                      "burn latency steady backlog limits held cluster");
-#                      steady and held need a burn rate and measure one if
-#                      missing; cluster runs bench/cluster_overhead.sh (its
-#                      own servers and etcd; output in cluster.txt)
+#                      "burn latency steady backlog limits held cluster
+#                      detect"); steady and held need a burn rate and
+#                      measure one if missing; cluster runs
+#                      bench/cluster_overhead.sh (its own servers and etcd;
+#                      output in cluster.txt), detect bench/cluster_detect.sh
+#                      (the same; detect.txt)
 #   BENCH_SECONDS      target drain time of a burn cell (default 8)
 #   BENCH_MAX_JOBS     cap of a burn cell's job count (default 500000)
 #   BENCH_CLIENTS      burn worker connections (default "4 8")
@@ -46,7 +48,7 @@ BENCH=$ROOT/bench
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 PGBIN=$("$PG_CONFIG" --bindir)
 PORT=${BENCH_PORT:-55493}
-WORKLOADS=${BENCH_WORKLOADS:-burn latency steady backlog limits held cluster}
+WORKLOADS=${BENCH_WORKLOADS:-burn latency steady backlog limits held cluster detect}
 SECONDS_PER_CELL=${BENCH_SECONDS:-8}
 MAX_JOBS=${BENCH_MAX_JOBS:-500000}
 LAT_MAX_SECONDS=${BENCH_LAT_MAX_SECONDS:-60}
@@ -331,6 +333,16 @@ if wants cluster; then
 	grep median "$OUT/cluster.txt" >&2 || true
 fi
 
+if wants detect; then
+	section detect
+	log "detect: kill -9 of a node and a node's join, timed (bench/cluster_detect.sh)"
+	if ! bash "$BENCH/cluster_detect.sh" >"$OUT/detect.txt" 2>&1; then
+		log "FAILED: detect (see $OUT/detect.txt)"
+	fi
+	sed -n '/^ttl_s /,$p' "$OUT/detect.txt" >&2 || true
+	section_end
+fi
+
 PEER=$BENCH/peers/run-peer.sh
 if [ -n "$PEERS" ] && [ -x "$PEER" ]; then
 	section peers
@@ -495,6 +507,11 @@ report()
 		    (.size_before / 1048576 | r2), (.size_after / 1048576 | r2),
 		    ((.size_after - .size_before) / 1048576 | r2), .partial] | @tsv)' "$RESULTS" | column -t
 	echo
+	if [ -s "$OUT/detect.txt" ]; then
+		echo "Cluster mode: detection and join (bench/cluster_detect.sh; ms, medians; docs/cluster.md)"
+		sed -n '/^ttl_s /,$p' "$OUT/detect.txt"
+		echo
+	fi
 	echo "Targets (ratios from this run)"
 	jq -rs "$JQ_LIB"'
 		. as $all

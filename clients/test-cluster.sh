@@ -115,7 +115,11 @@ cluster_stop()
 # etcd-server, or $ETCD) listens on 127.0.0.1 only, on free ports; the
 # nodes listen on unix sockets in DIR/n1 and DIR/n2 and advertise those.
 # Node n1 starts first and takes every shard; n2 joins with
-# silo.max_moves_in = 0, so the shards stay on n1 (no move runs).
+# silo.max_moves_in = 0, so the shards stay on n1 (no move runs) until a
+# test turns moves on (ALTER SYSTEM, reload: clients/node/test/
+# cluster2-moves.e2e.mjs moves shards to n2 and back, and resets them).
+# wal_retrieve_retry_interval is 200 ms so that a small shard's copy takes
+# about 2 s, not 10 (docs/cluster.md, "Requirements and settings").
 #
 #   cluster2_check             whether etcd is there
 #   cluster2_start DIR         start etcd and both nodes, wait until n1
@@ -179,6 +183,7 @@ silo.database = 'postgres'
 max_connections = 100
 max_worker_processes = 16
 wal_level = logical
+wal_retrieve_retry_interval = '200ms'
 fsync = off
 lc_messages = 'C'
 log_min_messages = warning

@@ -16,7 +16,14 @@
 #     exactly as many successes as there are jobs: none lost, none run or
 #     completed twice;
 #  4. without --exec, a worker given node 2 completes jobs of all three
-#     nodes in batches (silo.complete_many on each).
+#     nodes in batches (silo.complete_many on each);
+#  5. a report that meets SL021 does not hold the worker's loop: node 3
+#     drains while nodes 1 and 2 hold their moves in at phase "drained"
+#     (silo.test_move_pause_at), so node 3's shards stay paused; jobs that
+#     were running in them end, and their completions wait for the shard
+#     while the worker leases and completes new jobs of node 1 at once;
+#     the holds cleared, the waiting completions follow NOT_OWNER to the
+#     new owners, and every job Succeeded with exactly one attempt.
 #
 # Every process is started and stopped by pid (SiloEtcd.pm, SiloTest.pm).
 
@@ -195,6 +202,19 @@ sub all_succeeded
 my $worker_err = "$dir/worker.err";
 sub worker_log { return -e $worker_err ? slurp_file($worker_err) : ''; }
 
+# poll_until_log(FILE, RE, TIMEOUT): whether FILE matches RE within TIMEOUT s.
+sub poll_until_log
+{
+	my ($file, $re, $timeout) = @_;
+	my $deadline = time() + $timeout;
+	while (1)
+	{
+		return 1 if -e $file && slurp_file($file) =~ $re;
+		return 0 if time() > $deadline;
+		usleep(50_000);
+	}
+}
+
 # ---------------------------------------------------------------------------
 # 1. two nodes; the worker, given node 1, drains both
 # ---------------------------------------------------------------------------
@@ -357,6 +377,100 @@ SELECT count(*) FROM silo.jobs WHERE task_group = 'wn' AND status = 'Succeeded'
 SELECT count(*) FROM silo.jobs WHERE task_group = 'wn'
    AND silo.shard_for_tenant(tenant) = ANY ((SELECT serving_shards FROM silo.node_info)::int[])}) } @nodes),
 	'... all of them Succeeded, on every node');
+
+# ---------------------------------------------------------------------------
+# 5. a report waiting for its shard (SL021) does not hold the loop
+# ---------------------------------------------------------------------------
+my %n3_shards = %{ serving($n3) };
+my @hold_tenants = map {
+	my $s = $_;
+	$n3->safe_psql('postgres',
+		"SELECT t FROM (SELECT 'h' || i AS t FROM generate_series(1, 400) i) x WHERE silo.shard_for_tenant(t) = $s LIMIT 1")
+} sort keys %n3_shards;
+my $release = "$dir/release-holds";
+for my $t (@hold_tenants)
+{
+	$n3->safe_psql('postgres', "SELECT silo.enqueue('wp', '{\"hold\": true}', tenant => '$t', id => 'hold-$t')");
+}
+my $wp_err = "$dir/worker-wp.err";
+my $wp = start_process(
+	[
+		$worker, '--dsn', $n1->connstr('postgres'), '--worker-id', 'w22p', '-v',
+		'--task-group', 'wp', '--concurrency', '8', '--poll-ms', '200', '--lease-ms', '20000',
+		'--exec', qq{read -r p; case "\$p" in *hold*) while [ ! -e '$release' ]; do sleep 0.05; done ;; esac}
+	],
+	stderr => $wp_err);
+ok( poll_until($n3,
+		"SELECT count(*) FROM silo.jobs WHERE task_group = 'wp' AND status = 'Running'",
+		scalar(@hold_tenants), 30),
+	'one job held running in each of node 3\'s shards ' . join(',', sort keys %n3_shards));
+# node 3 leaves; nodes 1 and 2 take its shards but hold each move at
+# "drained": the source has paused the shard, nobody verifies
+$_->safe_psql('postgres', "ALTER SYSTEM SET silo.test_move_pause_at = 'drained'; SELECT pg_reload_conf()")
+  for ($n1, $n2);
+$n3->safe_psql('postgres', 'ALTER SYSTEM SET silo.draining = on; SELECT pg_reload_conf()');
+# each target moves one shard at a time: as many paused shards as targets
+my $targets = $n1->safe_psql('postgres',
+	"SELECT count(DISTINCT silotest.placed(s, ARRAY['n1', 'n2'])) FROM unnest(ARRAY["
+	  . join(',', keys %n3_shards) . ']) s');
+ok(poll_until($n3, q{SELECT count(*) FROM silo.cluster_info WHERE state = 'paused'}, $targets, 60),
+	"node 3 paused $targets shard(s) for their moves");
+my @paused = split /,/, $n3->safe_psql('postgres',
+	q{SELECT string_agg(shard_id::text, ',') FROM silo.cluster_info WHERE state = 'paused'});
+# the held jobs end: those of paused shards cannot be completed for now
+open my $fh, '>', $release or die "$release: $!";
+close $fh;
+ok( poll_until($n3,
+		'SELECT count(*) FROM silo.jobs WHERE task_group = \'wp\' AND status = \'Running\''
+		  . ' AND silo.shard_for_tenant(tenant) IN (' . join(',', @paused) . ')', scalar(@paused), 10)
+	  && poll_until($n3, q{SELECT count(*) FROM silo.jobs WHERE task_group = 'wp' AND status = 'Succeeded'},
+		scalar(@hold_tenants) - scalar(@paused), 10),
+	'the held jobs of served shards completed; those of the paused shards ' . join(',', @paused) . ' wait');
+ok(poll_until_log($wp_err, qr/report of task \S+ waits for its shard/, 5),
+	'... their completions wait for the shard (SL021), out of the loop');
+# meanwhile the worker goes on: 20 new jobs of node 1's shards
+my $t5 = time();
+my $fresh = $n1->safe_psql('postgres', q{
+SELECT count(*) FROM (SELECT 'f' || n AS tenant, n FROM generate_series(1, 400) n
+		 WHERE silo.shard_for_tenant('f' || n) = ANY ((SELECT serving_shards FROM silo.node_info)::int[])
+		 LIMIT 20) x,
+	   LATERAL silo.enqueue('wp', '{}', tenant => x.tenant, id => 'fresh-' || x.n) AS e(id)});
+ok( poll_until($n1, q{SELECT count(*) FROM silo.jobs WHERE task_group = 'wp' AND id LIKE 'fresh-%' AND status = 'Succeeded'},
+		$fresh, 6),
+	sprintf('the worker leased and completed %d new jobs of node 1 meanwhile (%.1f s; lease 20 s)', $fresh, time() - $t5));
+is( $n3->safe_psql('postgres',
+		q{SELECT string_agg(shard_id::text, ',' ORDER BY shard_id) FROM silo.cluster_info WHERE state = 'paused'}),
+	join(',', sort { $a <=> $b } @paused),
+	'... while those shards were still paused');
+# the holds cleared: the moves go on, the waiting completions follow the shards
+$_->safe_psql('postgres', "ALTER SYSTEM RESET silo.test_move_pause_at; SELECT pg_reload_conf()") for ($n1, $n2);
+my %holds_done;
+$t5 = time();
+while (time() < $t5 + 60)
+{
+	%holds_done = ();
+	for my $n ($n1, $n2, $n3)
+	{
+		for my $row (split /\n/, $n->safe_psql('postgres', q{
+SELECT j.id, j.status, (SELECT count(*) FROM silo.attempts a WHERE a.tenant = j.tenant AND a.job_id = j.id)
+  FROM silo.jobs j WHERE j.task_group = 'wp' AND j.id LIKE 'hold-%'}))
+		{
+			my ($id, $status, $att) = split /\|/, $row;
+			$holds_done{$id} = "$status/$att" if $status eq 'Succeeded';
+		}
+	}
+	last if keys %holds_done == @hold_tenants;
+	usleep(200_000);
+}
+is_deeply([ sort values %holds_done ], [ ('Succeeded/1') x @hold_tenants ],
+	'every held job Succeeded with one attempt, those of the paused shards on their new owners');
+like(slurp_file($wp_err), qr/(?:complete|heartbeat) of task \S+ \(tenant "h\d+"\): not the owner; following NOT_OWNER/,
+	'... their calls followed NOT_OWNER to the new owner (the heartbeat or the completion, whichever came first)');
+ok(stop_process($wp), 'the worker stops');
+my $wp_total = @hold_tenants + $fresh;
+like($wp->{out}, qr/finished $wp_total jobs \($wp_total succeeded, 0 failed/,
+	"... having completed each of the $wp_total jobs once");
+$n3->safe_psql('postgres', 'ALTER SYSTEM RESET silo.draining; SELECT pg_reload_conf()');
 
 $_->stop for @nodes;
 etcd_stop($etcd);

@@ -437,13 +437,16 @@ exec_report_failure(Job *job, int status)
  * exec_finish_job
  *		Collect the last output of a reaped child and report its outcome.
  *		Precedence: lost lease (say nothing), cancellation (ack it), killed
- *		at shutdown (release), then the exit status.  A report that does not
- *		land counts as lost: the server will sweep the lease.  A failure
- *		ends the job only on its last attempt; before that it counts as a
- *		retried attempt, not a job.  Refresh tasks are answered by
- *		refresh_finish().
+ *		at shutdown (release), then the exit status; chosen once, when the
+ *		child is reaped.  A report that does not land counts as lost: the
+ *		server will sweep the lease.  A failure ends the job only on its
+ *		last attempt; before that it counts as a retried attempt, not a job.
+ *		Refresh tasks are answered by refresh_finish().  Returns false when
+ *		the report met SL021 (or SL020 without owner) and waits for
+ *		job->report_at (route.c): the job keeps its slot and its heartbeats
+ *		until exec_retry_reports() sends it again.
  */
-static void
+static bool
 exec_finish_job(Job *job, int status)
 {
 	QueryStatus qs;
@@ -457,29 +460,57 @@ exec_finish_job(Job *job, int status)
 	{
 		log_msg(LOG_VERBOSE, "dropped task %s (lease lost)", job->task_id);
 		stats.lost++;
-		return;
+		return true;
 	}
-	if (job->is_refresh)
-		qs = refresh_finish(job, status, &counter);
-	else if (job->cancelled)
+	if (job->report == '\0')
 	{
-		qs = route_job_call(job, "ack_cancel", SQL_ACK_CANCEL, 2, NULL, NULL);
-		counter = &stats.cancelled;
+		job->exit_status = status;
+		if (job->is_refresh)
+			job->report = 'r';
+		else if (job->cancelled)
+			job->report = 'c';
+		else if (job->shutdown_kill && WIFSIGNALED(status))
+			job->report = 'x';
+		else if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+			job->report = 's';
+		else
+			job->report = 'f';
 	}
-	else if (job->shutdown_kill && WIFSIGNALED(status))
+	job->defer_reports = true;
+	switch (job->report)
 	{
-		qs = route_job_call(job, "release", SQL_RELEASE, 2, NULL, NULL);
-		counter = &stats.released;
+		case 'r':
+			qs = refresh_finish(job, status, &counter);
+			break;
+		case 'c':
+			qs = route_job_call(job, "ack_cancel", SQL_ACK_CANCEL, 2, NULL, NULL);
+			counter = &stats.cancelled;
+			break;
+		case 'x':
+			qs = route_job_call(job, "release", SQL_RELEASE, 2, NULL, NULL);
+			counter = &stats.released;
+			break;
+		case 's':
+			qs = exec_report_success(job);
+			counter = &stats.succeeded;
+			break;
+		default:
+			qs = exec_report_failure(job, status);
+			counter = job->is_last_attempt ? &stats.failed : &stats.retried;
+			break;
 	}
-	else if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+	job->defer_reports = false;
+	if (qs == QS_RETRY_LATER)
 	{
-		qs = exec_report_success(job);
-		counter = &stats.succeeded;
-	}
-	else
-	{
-		qs = exec_report_failure(job, status);
-		counter = job->is_last_attempt ? &stats.failed : &stats.retried;
+		if (job->in_fd >= 0)
+		{
+			close(job->in_fd);	/* nobody reads it any more */
+			job->in_fd = -1;
+		}
+		log_msg(LOG_VERBOSE, "report of task %s waits for its shard; "
+				"sending it again in %d ms", job->task_id,
+				(int) (job->report_at - now_ms()));
+		return false;
 	}
 	if (qs == QS_OK)
 	{
@@ -494,6 +525,7 @@ exec_finish_job(Job *job, int status)
 		stats.lost++;
 	log_msg(LOG_VERBOSE, "job %s finished (status 0x%x)%s",
 			job->task_id, status, qs == QS_OK ? "" : ", not reported");
+	return true;
 }
 
 /*
@@ -522,11 +554,40 @@ exec_reap_children(void)
 				Job		   *job = jobs[i];
 
 				job->pid = 0;	/* reaped: never signal that pid again */
-				exec_finish_job(job, status);
-				exec_free_job(job);
-				jobs[i] = NULL;
-				njobs--;
+				if (exec_finish_job(job, status))
+				{
+					exec_free_job(job);
+					jobs[i] = NULL;
+					njobs--;
+				}
 				break;
 			}
+	}
+}
+
+/*
+ * exec_retry_reports
+ *		Send again the reports that waited for their shard (SL021) and are
+ *		due; free the slots of those that are done (landed, given up, or
+ *		their lease lost meanwhile).
+ */
+void
+exec_retry_reports(int64_t now)
+{
+	int			i;
+
+	for (i = 0; i < opt.concurrency; i++)
+	{
+		Job		   *job = jobs[i];
+
+		if (job == NULL || job->report_at == 0 || job->report_at > now)
+			continue;
+		job->report_at = 0;
+		if (exec_finish_job(job, job->exit_status))
+		{
+			exec_free_job(job);
+			jobs[i] = NULL;
+			njobs--;
+		}
 	}
 }

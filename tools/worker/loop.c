@@ -290,9 +290,10 @@ loop_wait_for_events(int timeout_ms)
 /*
  * loop_run
  *		The event loop.  Each turn reaps children, advances the shutdown
- *		state, checks the exit conditions, sends due heartbeats, leases if
- *		there is room and a reason to, then sleeps in poll() until the next
- *		deadline, a notification, a signal or child I/O.
+ *		state, checks the exit conditions, sends due heartbeats and the
+ *		reports that waited for their shard, leases if there is room and a
+ *		reason to, then sleeps in poll() until the next deadline, a
+ *		notification, a signal or child I/O.
  */
 void
 loop_run(int64_t start)
@@ -334,7 +335,7 @@ loop_run(int64_t start)
 		{
 			killed = true;
 			for (i = 0; i < opt.concurrency; i++)
-				if (jobs[i] && !jobs[i]->lost)
+				if (jobs[i] && !jobs[i]->lost && jobs[i]->pid > 0)
 				{
 					jobs[i]->shutdown_kill = true;
 					exec_signal_job(jobs[i], SIGKILL);
@@ -359,6 +360,7 @@ loop_run(int64_t start)
 			members_refresh(now);
 
 		lease_heartbeat_jobs(now);
+		exec_retry_reports(now_ms());
 		for (i = 0; i < opt.concurrency; i++)
 			if (jobs[i] && jobs[i]->kill_at > 0 && now >= jobs[i]->kill_at)
 			{
@@ -414,6 +416,8 @@ loop_run(int64_t start)
 				wake = jobs[i]->kill_at;
 			if (jobs[i] && jobs[i]->timeout_at > 0 && jobs[i]->timeout_at < wake)
 				wake = jobs[i]->timeout_at;
+			if (jobs[i] && jobs[i]->report_at > 0 && jobs[i]->report_at < wake)
+				wake = jobs[i]->report_at;
 		}
 		if (stopping && !killed && grace_end < wake)
 			wake = grace_end;

@@ -13,11 +13,14 @@
  * its report go there directly.  SL021 (the shard is paused for a move, or
  * being acquired) and an SL020 without an owner (between the release and
  * the acquisition) are retried after 100 ms, doubling up to 1 s, while the
- * caller's deadline allows: for a report, its lease's end.  The loop waits
- * meanwhile (a move's pause lasts well under a second for small shards),
- * except for the heartbeats that fall due, which are sent from the wait.
- * A heartbeat passes no deadline and is simply sent again soon, so the
- * wait never nests.
+ * caller's deadline allows: for a report, its lease's end.  The report of
+ * a command that ended (exec.c) does not wait here: it returns
+ * QS_RETRY_LATER with the time of its next try in the job, and the loop
+ * sends it again then, leasing, reaping and reporting other jobs
+ * meanwhile.  The other reports (a completion of a batch that is sent
+ * alone, the release of a job that could not start) wait here, sending
+ * the heartbeats that fall due from the wait.  A heartbeat passes no
+ * deadline and is simply sent again soon, so the wait never nests.
  *
  * tools/worker/route.c
  *
@@ -61,20 +64,24 @@ route_sleep(int ms)
 }
 
 /*
- * route_task_call
+ * route_call
  *		db_task_call() on *mp, following SL020 hints and retrying SL021 (and
  *		SL020 without an owner) until deadline (0: no retry).  *mp becomes
  *		the member that answered last, so the caller can keep it for the
- *		task.  Returns the last answer's status.
+ *		task.  With defer_ms, a retry is not waited for: the call returns
+ *		QS_RETRY_LATER and *defer_ms is the wait before the next try (it
+ *		comes in as the one to use, 0 for the first).  Returns the last
+ *		answer's status.
  */
-QueryStatus
-route_task_call(Member **mp, const char *what, const char *sql, int nparams,
-				const char *task_id, const char *p3, const char *p4,
-				const char *tenant, int64_t deadline, PGresult **res)
+static QueryStatus
+route_call(Member **mp, const char *what, const char *sql, int nparams,
+		   const char *task_id, const char *p3, const char *p4,
+		   const char *tenant, int64_t deadline, PGresult **res,
+		   int *defer_ms)
 {
 	Member	   *tried[MAX_HOPS + 1];
 	int			hops = 0,
-				delay = RETRY_FIRST_MS;
+				delay = defer_ms != NULL && *defer_ms > 0 ? *defer_ms : RETRY_FIRST_MS;
 
 	tried[0] = *mp;
 	for (;;)
@@ -113,6 +120,11 @@ route_task_call(Member **mp, const char *what, const char *sql, int nparams,
 		{
 			log_msg(LOG_VERBOSE, "%s of task %s: shard unavailable on %s; "
 					"retrying in %d ms", what, task_id, member_name(*mp), delay);
+			if (defer_ms != NULL)
+			{
+				*defer_ms = delay;
+				return QS_RETRY_LATER;
+			}
 			route_sleep(delay);
 			delay = delay * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : delay * 2;
 			continue;
@@ -122,17 +134,41 @@ route_task_call(Member **mp, const char *what, const char *sql, int nparams,
 }
 
 /*
+ * route_task_call
+ *		route_call() that waits out its retries (see the file's comment).
+ */
+QueryStatus
+route_task_call(Member **mp, const char *what, const char *sql, int nparams,
+				const char *task_id, const char *p3, const char *p4,
+				const char *tenant, int64_t deadline, PGresult **res)
+{
+	return route_call(mp, what, sql, nparams, task_id, p3, p4, tenant,
+					  deadline, res, NULL);
+}
+
+/*
  * route_job_call
  *		A report of a job or refresh task (params after the worker id: p3,
  *		p4), routed from the member that holds its lease, retried within
- *		what is left of the lease.
+ *		what is left of the lease.  With job->defer_reports a retry is not
+ *		waited for: QS_RETRY_LATER, and job->report_at says when to send
+ *		the report again (the wait doubling from try to try).
  */
 QueryStatus
 route_job_call(Job *job, const char *what, const char *sql, int nparams,
 			   const char *p3, const char *p4)
 {
 	int64_t		deadline = job->lease_until - LEASE_MARGIN_MS;
+	int			delay = job->report_delay;
+	QueryStatus qs;
 
-	return route_task_call(&job->member, what, sql, nparams, job->task_id,
-						   p3, p4, job->tenant, deadline, NULL);
+	qs = route_call(&job->member, what, sql, nparams, job->task_id, p3, p4,
+					job->tenant, deadline, NULL,
+					job->defer_reports ? &delay : NULL);
+	if (qs == QS_RETRY_LATER)
+	{
+		job->report_at = now_ms() + delay;
+		job->report_delay = delay * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : delay * 2;
+	}
+	return qs;
 }

@@ -151,7 +151,9 @@ typedef enum QueryStatus
 	QS_NOT_OWNER,				/* SL020: the tenant's shard is elsewhere */
 	QS_UNAVAILABLE,				/* SL021: the shard cannot be served now */
 	QS_ERROR,					/* other SQL error; the connection is fine */
-	QS_CONN_LOST				/* the connection is gone and was dropped */
+	QS_CONN_LOST,				/* the connection is gone and was dropped */
+	QS_RETRY_LATER				/* SL021 or SL020 without owner: a job's report
+								 * is sent again from the loop at report_at */
 } QueryStatus;
 
 /*
@@ -214,6 +216,12 @@ typedef struct Job
 	bool		lost;			/* lease lost: kill the child, report nothing */
 	bool		shutdown_kill;	/* killed when the grace period ran out */
 	bool		in_round;		/* part of the current heartbeat round */
+	/* a command that ended: its report, possibly waiting for its shard */
+	char		report;			/* the report chosen (exec.c), or '\0' */
+	int			exit_status;	/* the command's wait status */
+	bool		defer_reports;	/* SL021 gives QS_RETRY_LATER, no wait */
+	int64_t		report_at;		/* send the report again then; 0 = not waiting */
+	int			report_delay;	/* the wait after the next SL021 (ms) */
 } Job;
 
 /* The command line, after defaults are applied. */
@@ -291,6 +299,7 @@ extern void exec_spawn_job(Member *m, PGresult *res, int row, int64_t now);
 extern void exec_read(Job *job, bool is_stderr);
 extern void exec_write_stdin(Job *job);
 extern void exec_reap_children(void);
+extern void exec_retry_reports(int64_t now);
 
 /* refresh.c */
 extern void refresh_handle_row(Member *m, PGresult *res, int row,

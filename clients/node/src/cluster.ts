@@ -15,7 +15,7 @@ import {
   Conninfo, conninfoOfConfig, mergeConninfo, parseConninfo, pgConfigOf,
 } from './conninfo';
 import {
-  Router, RouterOptions, SQL_CLUSTER_INFO, SQL_NODE_INFO, Shard, ShardMap, ShardMapSnapshot, snapshotOf,
+  RouteStats, Router, RouterOptions, SQL_CLUSTER_INFO, SQL_NODE_INFO, Shard, ShardMap, ShardMapSnapshot, snapshotOf,
 } from './router';
 import { tenantHash } from './hash';
 import type {
@@ -103,6 +103,15 @@ export class SiloClusterClient {
     return this.router.refresh();
   }
 
+  /**
+   * What the calls met so far: SL020 hints followed to another node, and
+   * retries after SL021 (or an SL020 without owner).  enqueueMany counts
+   * one per statement.
+   */
+  get routeStats(): RouteStats {
+    return { ...this.router.stats };
+  }
+
   /** The shard map as last read (null before the first call). */
   get map(): ShardMap | null {
     return this.router.map;
@@ -168,6 +177,7 @@ export class SiloClusterClient {
         const err = o.reason;
         if (err instanceof NotOwnerError && err.ownerConninfo) {
           this.router.applyHint(err);
+          this.router.stats.followed++;
           moved = err;
           again.push(...idx);
         } else if (err instanceof NotOwnerError || err instanceof ShardUnavailableError) {
@@ -182,6 +192,7 @@ export class SiloClusterClient {
       if (again.length === 0) return ids;
       if (round >= 8 || Date.now() >= deadline) throw moved;
       if (wait) {
+        this.router.stats.retried++;
         await new Promise((r) => setTimeout(r, Math.min(pause, Math.max(0, deadline - Date.now()))));
         pause = Math.min(pause * 2, 2000);
         await this.router.refresh().catch(() => undefined);

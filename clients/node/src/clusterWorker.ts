@@ -69,7 +69,7 @@ export class SiloClusterWorker<P = any, R = unknown> {
   get stats(): WorkerStats {
     const sum: WorkerStats = {
       leased: 0, succeeded: 0, failed: 0, cancelled: 0, released: 0, lost: 0, refreshed: 0, refreshFailed: 0,
-      running: 0, reconnects: 0,
+      running: 0, reconnects: 0, followed: 0,
     };
     for (const m of this.members.values()) {
       const s = m.worker.stats;

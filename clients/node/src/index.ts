@@ -17,7 +17,7 @@ export { SiloClusterWorker } from './clusterWorker';
 export type { SiloClusterWorkerOptions } from './clusterWorker';
 export { ShardMap, Router } from './router';
 export type {
-  RouteTrace, RouterDeps, RouterOptions, Shard, ShardMapSnapshot,
+  RouteStats, RouteTrace, RouterDeps, RouterOptions, Shard, ShardMapSnapshot,
 } from './router';
 export { tenantHash, hashBytesExtended } from './hash';
 export { mergeConninfo, parseConninfo } from './conninfo';

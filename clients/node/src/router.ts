@@ -126,6 +126,12 @@ export interface RouterOptions {
   retryDelayMs?: number;
 }
 
+/** Counts over a router's life: SL020 hints followed, and retries after SL021 (or an SL020 without owner). */
+export interface RouteStats {
+  followed: number;
+  retried: number;
+}
+
 /** Where a call went: each SL020 hint followed, and the retries. */
 export interface RouteTrace {
   hops: Array<{ shard: number | null; ownerNodeId: string | null; ownerConninfo: string }>;
@@ -152,6 +158,8 @@ export class Router<M> {
   /** How long a call retries SL021 in all (ms). */
   readonly retryTimeoutMs: number;
   private readonly retryDelayMs: number;
+  /** What the calls met so far (SiloClusterClient.routeStats). */
+  readonly stats: RouteStats = { followed: 0, retried: 0 };
 
   constructor(private readonly deps: RouterDeps<M>, options: RouterOptions = {}) {
     this.maxHops = options.maxHops ?? 3;
@@ -275,6 +283,7 @@ export class Router<M> {
             });
           }
           trace?.hops.push({ shard: err.shard, ownerNodeId: err.ownerNodeId, ownerConninfo: err.ownerConninfo });
+          this.stats.followed++;
           tried.add(next);
           member = next;
           continue;
@@ -285,6 +294,7 @@ export class Router<M> {
           await sleep(Math.min(pause, left));
           pause = Math.min(pause * 2, 2000);
           if (trace) trace.retries++;
+          this.stats.retried++;
           try {
             member = this.memberOf(await this.refresh(), tenant);
           } catch {

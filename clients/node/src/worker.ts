@@ -144,6 +144,11 @@ export interface WorkerStats {
   lost: number;
   refreshed: number;
   refreshFailed: number;
+  /**
+   * Cluster mode: heartbeats and reports that met an SL020 naming the
+   * task's new owner and were sent on there (its shard moved, with the lease).
+   */
+  followed: number;
   /** Handlers running now (or waiting for an earlier attempt of their job). */
   running: number;
   /** Times a connection was made again after a failure. */
@@ -396,7 +401,7 @@ export class SiloWorker<P = any, R = unknown> {
 
   private readonly counters: Omit<WorkerStats, 'running'> = {
     leased: 0, succeeded: 0, failed: 0, cancelled: 0, released: 0, lost: 0,
-    refreshed: 0, refreshFailed: 0, reconnects: 0,
+    refreshed: 0, refreshFailed: 0, reconnects: 0, followed: 0,
   };
 
   constructor(options: SiloWorkerOptions<P, R>, internals: WorkerInternals = {}) {
@@ -1006,6 +1011,7 @@ export class SiloWorker<P = any, R = unknown> {
     const pool = this.redirect(err);
     if (!pool) return false;
     exec.target = pool;
+    this.counters.followed++;
     return true;
   }
 

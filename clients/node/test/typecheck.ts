@@ -1,8 +1,8 @@
 // Compiled (not run) by test/run.sh: the package's declarations serve a
 // TypeScript user, and they refuse what silo would refuse.
 import {
-  FeatureNotSupportedError, JobResult, NotOwnerError, QueryCanceledError, RefreshHandler, SiloClient, SiloError, SiloWorker, Task, TaskFailure,
-  TaskHandler, UndefinedFunctionError, toSiloError,
+  FeatureNotSupportedError, JobResult, NotOwnerError, QueryCanceledError, RefreshHandler, RouteStats, SiloClient,
+  SiloClusterClient, SiloError, SiloWorker, Task, TaskFailure, TaskHandler, UndefinedFunctionError, toSiloError,
 } from '../dist/index';
 
 interface Email { to: string; subject?: string }
@@ -87,7 +87,14 @@ export async function main(): Promise<void> {
   });
   await worker.start();
   const succeeded: number = worker.stats.succeeded;
+  const followed: number = worker.stats.followed;
   void succeeded;
+  void followed;
+  const cluster = new SiloClusterClient('postgresql://localhost/app');
+  const route: RouteStats = cluster.routeStats;
+  void route.followed;
+  void route.retried;
+  await cluster.close();
   await worker.stop({ graceMs: 5000 });
   // @ts-expect-error: the handler must return the result type
   new SiloWorker<Email, Sent>({ taskGroup: 'x', handler: async () => 42 });

@@ -153,6 +153,8 @@ class WorkerStats:
     refresh_failed: int = 0
     running: int = 0
     reconnects: int = 0
+    followed: int = 0
+    """Cluster mode: heartbeats and reports sent on to a task's new owner after an SL020."""
 
 
 class _Backoff:
@@ -863,6 +865,7 @@ class AsyncSiloWorker:
         if pool is None:
             return False
         ex.target = pool
+        self._counters.followed += 1
         return True
 
     def _queue_completion(self, ex: _Exec, result: Optional[str]) -> None:

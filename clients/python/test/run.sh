@@ -10,7 +10,8 @@
 #      (/usr/bin/python3, which sees python3-psycopg);
 #   2b. when etcd is installed (and SILO_CLIENTS_CLUSTER2 is not 0), starts a
 #      real two-node cluster (test-cluster.sh's cluster2_start) and runs
-#      test/cluster2_e2e.py against it, then stops it;
+#      test/cluster2_e2e.py, then test/cluster2_moves_e2e.py (shards moving
+#      under the client and the worker) against it, then stops it;
 #   3. installs the package into a fresh virtual environment that sees
 #      Debian's psycopg (python3 -m venv --system-site-packages; pip install
 #      --no-build-isolation --no-index <copy of the package>: no network) and
@@ -98,20 +99,27 @@ if [ "${SILO_CLIENTS_CLUSTER2:-1}" != 0 ] && [ "${SILO_PY_TESTS:-}" != none ] &&
 		echo "clients-python: cluster2_e2e ... FAILED (the two-node cluster did not start)"
 		fail=$((fail + 1))
 	else
-		(cd "$here" && SILO_TEST_URL=$CLUSTER_URL SILO_TEST_N1_URL=$CLUSTER2_N1_URL SILO_TEST_N2_URL=$CLUSTER2_N2_URL \
-			timeout -k 10 "${SILO_PY_TIMEOUT:-300}" "$py" runtests.py cluster2_e2e) </dev/null >"$log" 2>&1
-		rc=$?
-		read -r p fl < <(awk '/^RESULT [0-9]+ [0-9]+$/ { p = $2; f = $3 } END { print p + 0, f + 0 }' "$log")
-		if [ "$rc" -ne 0 ] && [ "$fl" -eq 0 ]; then fl=1; fi
-		if [ "$p" -eq 0 ] && [ "$fl" -eq 0 ]; then fl=1; fi
-		pass=$((pass + p))
-		fail=$((fail + fl))
-		if [ "$fl" -eq 0 ]; then
-			printf 'clients-python: cluster2_e2e (two nodes, etcd) ... ok (%d tests, %ds)\n' "$p" "$(($(date +%s) - start))"
-		else
-			printf 'clients-python: cluster2_e2e ... FAILED (%d passed, %d failed, exit status %d)\n' "$p" "$fl" "$rc"
-			tail -n 80 "$log"
-		fi
+		# cluster2_e2e first: it expects n2 to own nothing, which the moves test changes
+		for mod in cluster2_e2e cluster2_moves_e2e; do
+			start=$(date +%s)
+			log=$scratch/$mod.log
+			(cd "$here" && SILO_TEST_URL=$CLUSTER_URL SILO_TEST_N1_URL=$CLUSTER2_N1_URL SILO_TEST_N2_URL=$CLUSTER2_N2_URL \
+				timeout -k 10 "${SILO_PY_TIMEOUT:-300}" "$py" runtests.py "$mod") </dev/null >"$log" 2>&1
+			rc=$?
+			read -r p fl < <(awk '/^RESULT [0-9]+ [0-9]+$/ { p = $2; f = $3 } END { print p + 0, f + 0 }' "$log")
+			if [ "$rc" -ne 0 ] && [ "$fl" -eq 0 ]; then fl=1; fi
+			if [ "$p" -eq 0 ] && [ "$fl" -eq 0 ]; then fl=1; fi
+			pass=$((pass + p))
+			fail=$((fail + fl))
+			if [ "$fl" -eq 0 ]; then
+				printf 'clients-python: %s (two nodes, etcd) ... ok (%d tests, %ds)\n' "$mod" "$p" "$(($(date +%s) - start))"
+				# the moves test's one line of figures
+				grep -h '^# [0-9]* jobs; ' "$log" | sed 's/^# /clients-python:   /' || true
+			else
+				printf 'clients-python: %s ... FAILED (%d passed, %d failed, exit status %d)\n' "$mod" "$p" "$fl" "$rc"
+				tail -n 80 "$log"
+			fi
+		done
 	fi
 	cluster2_stop
 fi
