@@ -20,13 +20,13 @@
 #           each of those is a real move from node 1 (rows copied,
 #           paused, verified);
 #   kill    kill -9 of node 2's postmaster -> its member key gone in etcd
-#           (polled every 20 ms), and -> node 1's coordinator logs that
+#           (polled every 20 ms), -> node 1's coordinator logs that
 #           placement gives it node 2's first shard while node 2 (not a
-#           member) owns it.  Meanwhile and after, node 1's
-#           silo.cluster_info still shows those shards "remote", owned by
-#           node 2, and a call there for a tenant of one gets SL020 naming
-#           node 2: an owner key is permanent, nobody else serves the
-#           shard (both checked and printed);
+#           member) owns it, and -> a call on node 1 for a tenant of that
+#           shard answers SL021 (retry: its owner is not a member; polled
+#           every 20 ms).  Node 1's silo.cluster_info then shows those
+#           shards "owner-down", owned by node 2: an owner key is
+#           permanent, nobody else serves the shard (both printed);
 #   release siloctl shard force-release of one of them -> node 1 serving it
 #           (an operator's decision: the shard starts empty there);
 #   restart node 2 started again -> serving every shard it still owns
@@ -245,13 +245,16 @@ EOF
 			t_log=$(log_time "$DIR/n1.log" "$pattern" "$before")
 			[ -n "$t_log" ] || sleep 0.05
 		done
-		# what node 1 shows and answers for that shard now
+		# node 1 answers retry for that shard: its owner is not a member
+		t_retry=
+		while [ -z "$t_retry" ]; do
+			[ "$(date +%s)" -lt "$end" ] || { echo "cluster_detect.sh: node 1 never answered SL021" >&2; exit 1; }
+			answer=$(sql 1 -c "\\set VERBOSITY verbose" -c "SELECT silo.cancel('no-such-job', '$tenant')" 2>&1 |
+				grep -o 'SL02[01]\|SL003' | head -1 || true)
+			if [ "$answer" = SL021 ]; then t_retry=$(now); else sleep 0.02; fi
+		done
+		# what node 1 shows for that shard now
 		view=$(sql 1 -c "SELECT state || '/' || owner_node_id FROM silo.cluster_info WHERE shard_id = $shard")
-		answer=$(sql 1 -c "\\set VERBOSITY verbose" -c "SELECT silo.cancel('no-such-job', '$tenant')" 2>&1 |
-			grep -o 'SL02[01]\|SL003' | head -1 || true)
-		owner=$(sql 1 -c "DO \$\$ BEGIN PERFORM silo.cancel('no-such-job', '$tenant');
-			EXCEPTION WHEN OTHERS THEN DECLARE d text; BEGIN GET STACKED DIAGNOSTICS d = PG_EXCEPTION_DETAIL;
-			RAISE NOTICE '%', d::jsonb ->> 'owner_node_id'; END; END \$\$" 2>&1 | sed -n 's/^NOTICE: *//p')
 
 		# release: an operator gives the shard up; node 1 takes it (empty)
 		t3=$(now)
@@ -265,12 +268,12 @@ EOF
 		start_node 2
 		t_back=$(wait_sql 2 "SELECT cardinality(owned_shards) > 0 AND owned_shards <@ serving_shards FROM silo.node_info" t 120)
 
-		row=$(printf '%s %s %s %s %s %s %s %s %s %s %s %s' "$ttl" "$(ms "$t0" "$s_first")" "$(ms "$t0" "$s_all")" \
+		row=$(printf '%s %s %s %s %s %s %s %s %s %s %s %s %s' "$ttl" "$(ms "$t0" "$s_first")" "$(ms "$t0" "$s_all")" \
 			"$(ms "$t1" "$j_first")" "$(ms "$t1" "$j_all")" "$placed" "$(ms "$t2" "$t_key")" "$(ms "$t2" "$t_log")" \
-			"$(ms "$t3" "$t_rel")" "$(ms "$t4" "$t_back")" "$view" "$answer/$owner")
+			"$(ms "$t2" "$t_retry")" "$(ms "$t3" "$t_rel")" "$(ms "$t4" "$t_back")" "$view" "$answer")
 		echo "$row" >>"$DIR/rows"
 		fmt='ttl %s round %s: start->first %s, ->all %s; join->first %s, ->all %s (%s shards);'
-		fmt+=' kill -9->member key gone %s, ->node 1 logs it %s; force-release->served %s;'
+		fmt+=' kill -9->member key gone %s, ->node 1 logs it %s, ->SL021 on node 1 %s; force-release->served %s;'
 		fmt+=' restart->serving %s; node 1 shows %s, a call gets %s\n'
 		# shellcheck disable=SC2086
 		printf "$fmt" "$ttl" "$r" ${row#* }
@@ -282,16 +285,17 @@ done
 # the medians per TTL
 echo
 {
-	echo "ttl_s start->first start->all join->first join->all kill->key_gone kill->survivor_logs release->served restart->serving survivor_view survivor_answer"
+	echo "ttl_s start->first start->all join->first join->all kill->key_gone kill->survivor_logs kill->survivor_SL021 release->served restart->serving survivor_view survivor_answer"
 	for ttl in $TTLS; do
 		awk -v t="$ttl" '$1 == t' "$DIR/rows" | jq -Rrs --arg t "$ttl" '
 			[split("\n")[] | select(length > 0) | split(" ")] as $r
 			| def med(i): ($r | map(.[i] | tonumber) | sort) as $v | $v[(($v | length) - 1) / 2 | floor];
 			  def all(i): $r | map(.[i]) | unique | join(",");
-			[$t, med(1), med(2), med(3), med(4), med(6), med(7), med(8), med(9)]
-			| map(tostring) + [all(10), all(11)] | join(" ")'
+			[$t, med(1), med(2), med(3), med(4), med(6), med(7), med(8), med(9), med(10)]
+			| map(tostring) + [all(11), all(12)] | join(" ")'
 	done
 } | column -t
 echo "(medians in ms over $REPEATS rounds; start: a new map, plain acquisitions; join: real moves from node 1;"
 echo " kill->key_gone: the member key expired in etcd; kill->survivor_logs: node 1's coordinator logged the owner"
-echo " gone; survivor_view/answer: node 1's silo.cluster_info state/owner and a call's SQLSTATE/DETAIL owner)"
+echo " gone; kill->survivor_SL021: a call on node 1 for the dead node's shard answered retry; survivor_view/answer:"
+echo " node 1's silo.cluster_info state/owner and a call's SQLSTATE then)"

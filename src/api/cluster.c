@@ -58,7 +58,7 @@ cluster_state_name(const SiloShard *s)
 	if (!s->local && s->move == SILO_MOVE_IN)
 		return "receiving";
 	if (!s->local)
-		return s->owner_node_id[0] ? "remote" : "unowned";
+		return !s->owner_node_id[0] ? "unowned" : s->owner_down ? "owner-down" : "remote";
 	switch (s->state)
 	{
 		case SILO_SHARD_SERVING:

@@ -307,6 +307,14 @@ silo_cluster_check_tenant(const char *tenant)
 				 errmsg("this node does not know the shard map yet"),
 				 errdetail("The coordinator has not read the cluster's shard map from etcd."),
 				 errhint("Retry in a moment; the call wrote nothing.")));
+	if (!s.local && s.owner_down)
+		ereport(ERROR,
+				(errcode(ERRCODE_SILO_SHARD_UNAVAILABLE),
+				 errmsg("shard %d of tenant \"%s\" is not available right now", s.id, tenant),
+				 errdetail("Its owner, node \"%s\", is not a member of the cluster: it is down or cut off from etcd.",
+						   s.owner_node_id),
+				 errhint("Retry later: the owner serves the shard again when it is back. If it will never return, an operator can force-release the shard (siloctl shard force-release %d), which gives it to another node empty.",
+						 s.id)));
 	if (!s.local)
 		ereport(ERROR,
 				(errcode(ERRCODE_SILO_NOT_OWNER),

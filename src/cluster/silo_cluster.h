@@ -103,6 +103,7 @@ typedef struct SiloShard
 	bool		local;			/* owned by this node */
 	uint8		state;			/* SiloShardState, when local */
 	uint8		move;			/* SiloShardMove */
+	bool		owner_down;		/* its owner is not a member: nobody serves it */
 	char		owner_node_id[SILO_NODE_ID_LEN];	/* "" when unowned */
 	char		owner_conninfo[SILO_CONNINFO_LEN];
 } SiloShard;

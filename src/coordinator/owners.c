@@ -302,8 +302,9 @@ coord_owners_reconcile(CoordState *cs)
  * memory, for the request path and the views: each shard's bounds, its
  * owner (the NOT_OWNER hint), and for the shards whose owner key names
  * this node, SERVING while this process holds the key's token under a
- * live membership, else ACQUIRING (SL021: retry).  Nothing until the map
- * is known.
+ * live membership, else ACQUIRING (SL021: retry); a shard whose owner is
+ * not a member is owner_down (SL021 too: a NOT_OWNER naming a node that
+ * is gone would send clients to it).  Nothing until the map is known.
  */
 void
 coord_publish(CoordState *cs)
@@ -321,6 +322,7 @@ coord_publish(CoordState *cs)
 		{
 			strlcpy(out[s].owner_node_id, o->node_id, SILO_NODE_ID_LEN);
 			strlcpy(out[s].owner_conninfo, o->conninfo, SILO_CONNINFO_LEN);
+			out[s].owner_down = !coord_owner_is_me(o) && coord_view_member(cs, o->node_id) == NULL;
 		}
 		if (coord_owner_is_me(o))
 		{

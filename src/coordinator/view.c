@@ -351,6 +351,7 @@ coord_view_apply_kv(CoordState *cs, const EtcdKeyValue *kv, bool deleted)
 					cs->next_register_us = 0;
 			}
 			cs->reconcile = true;
+			cs->dirty = true;	/* an owner's membership: SL021 or SL020 */
 			break;
 		case KEY_OWNER:
 			view_check_tokens(cs);

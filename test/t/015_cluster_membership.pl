@@ -10,7 +10,8 @@
 #     that conninfo succeeds; a third server with node 2's node_id does not
 #     register and serves nothing;
 #  3. kill -9 of node 1's postmaster: its member key expires after the TTL,
-#     node 2 still answers SL020 naming node 1 (ownership is permanent);
+#     node 2 acquires nothing (ownership is permanent) and answers SL021
+#     for its shards (their owner is not a member), SL020 again once it is;
 #     node 1 restarted re-stamps its shards, serves again and still has the
 #     job enqueued before the crash;
 #  4. self-fencing: node 1's coordinator SIGSTOPped: calls on node 1 get
@@ -406,12 +407,16 @@ ok($rc != 0 && $e =~ /not owned by this node/, 'a lease_job of an acme job on no
 	$measured{'kill -9 -> member key expired'} = $t_gone - $t_kill if defined $t_gone;
 	cmp_ok(($t_gone // 0) - $t_kill, '>=', $ttl - 1, '... not before its lease could have expired');
 
-	# node 2 now sees no live n1, and placement gives it everything:
-	# it still must not serve n1's shards
-	usleep(1_000_000);
-	my $h = not_owner(probe($n2, 'acme'));
-	ok($h && $h->{owner_node_id} eq 'n1' && $h->{owner_conninfo} eq $n1->{conninfo},
-		'node 2 still answers SL020 naming n1 for its shards');
+	# node 2 now sees no live n1, and placement gives it everything: it
+	# still must not serve n1's shards, and answers retry (SL021) rather
+	# than send clients to a node that is gone
+	ok(poll_until($n2, q{SELECT silotest.probe('acme') LIKE 'SL021 %n1%not a member%'}, 't', 10),
+		"node 2 answers SL021 for n1's shards: their owner is not a member");
+	$measured{'kill -9 -> survivor answers SL021'} = time() - $t_kill;
+	is($n2->safe_psql('postgres',
+			q{SELECT count(*) FILTER (WHERE state = 'owner-down' AND owner_node_id = 'n1' AND NOT is_local) FROM silo.cluster_info}),
+		'8', "... its cluster_info shows every shard owner-down, owned by n1");
+	usleep(500_000);
 	is($n2->safe_psql('postgres', $info_sql), 'alive|0|0', 'node 2 acquired nothing');
 
 	# the old processes must be gone before the data directory is reused
@@ -423,6 +428,8 @@ ok($rc != 0 && $e =~ /not owned by this node/, 'a lease_job of an acme job on no
 	ok(defined $t_serve, 'node 1 restarted with the same node id serves its 8 shards again');
 	$measured{'restart -> serving again'} = $t_serve - $t_restart if defined $t_serve;
 	ok(log_has($n1, qr/re-stamped its shard 7/), '... after re-stamping its owner keys');
+	ok(poll_until($n2, q{SELECT silotest.probe('acme') LIKE 'SL020 %'}, 't', 10),
+		'... and node 2 sends calls for its shards to it again (SL020)');
 	my $new = etcd_get("$P/coord/members/n1");
 	ok($new && decode_json($new->{value})->{incarnation} ne $old_inc, '... as a new incarnation');
 	is($n1->safe_psql('postgres',
@@ -567,8 +574,8 @@ ok($rc != 0 && $e =~ /not owned by this node/, 'a lease_job of an acme job on no
 	ok(defined $t_gone, "a clean stop revoked n1's membership at once");
 	is(scalar(grep { decode_json($_->{value})->{node_id} eq 'n1' } etcd_list("$P/coord/shards/")),
 		7, "... and kept n1's seven owner keys");
-	my $h = not_owner(probe($n2, 'acme'));
-	ok($h && $h->{owner_node_id} eq 'n1', 'node 2 still sends acme to n1');
+	ok(poll_until($n2, q{SELECT silotest.probe('acme') LIKE 'SL021 %n1%not a member%'}, 't', 10),
+		'node 2 does not serve acme: SL021, its owner n1 is not a member');
 
 	is(force_release($P, $shard), 1, 'force release succeeds once the owner is not a member');
 	ok(poll_until($n2, q{SELECT silotest.probe('acme')}, 'served', 30),
@@ -578,8 +585,7 @@ ok($rc != 0 && $e =~ /not owned by this node/, 'a lease_job of an acme job on no
 	is($n2->safe_psql('postgres', $info_sql), 'alive|2|2', '... and only that shard more');
 	my $other = $n2->safe_psql('postgres',
 		q{SELECT t FROM unnest(ARRAY['tenant-1', 'zeta', 'omega']) t WHERE silo.shard_for_tenant(t) NOT IN (silo.shard_for_tenant('acme'), silo.shard_for_tenant('-')) LIMIT 1});
-	$h = not_owner(probe($n2, $other));
-	ok($h && $h->{owner_node_id} eq 'n1', "... tenant $other still goes to n1");
+	like(probe($n2, $other), qr/^SL021 .*n1/, "... tenant $other still waits for n1 (SL021)");
 	$n2->stop;
 }
 
