@@ -10,9 +10,15 @@
 import type { Json, Limit, RefreshTask, RetryPolicy, Task } from './types';
 
 /*
- * The columns are named (not *), and the statement is not prepared under a
- * name: a named statement's result type is fixed, and ALTER EXTENSION silo
- * UPDATE may change silo.leased_task's.
+ * The columns are named (not *): ALTER EXTENSION silo UPDATE may add
+ * columns to silo.leased_task, and this statement's result stays what it
+ * was.  It is prepared under a name, parsed and planned once per
+ * connection rather than once per lease (a busy worker leases hundreds of
+ * times a second).  Should an update change the type of a column named
+ * here, the server answers 0A000 ("cached plan must not change result
+ * type"): poolQuery drops that connection, the lease loop reports the
+ * error and leases again after its backoff, on a new connection where the
+ * statement is prepared afresh.
  */
 const LEASE_COLUMNS = ['task_id', 'kind', 'tenant', 'job_id', 'attempt', 'relative_attempt', 'is_last_attempt',
   'priority', 'task_group', 'payload', 'metadata', 'lease_expires_at', 'queue_key', 'current_max_concurrency',

@@ -704,8 +704,7 @@ export class SiloWorker<P = any, R = unknown> {
       if (this.slots) this.slots.used += want;
       let rows: Record<string, unknown>[];
       try {
-        rows = await this.q(SQL_LEASE, [this.workerId, this.taskGroup, want, this.leaseMs, this.tenants], 'silo_lease',
-          false);
+        rows = await this.q(SQL_LEASE, [this.workerId, this.taskGroup, want, this.leaseMs, this.tenants], 'silo_lease');
         if (failing) {
           failing = false;
           this.counters.reconnects++;
