@@ -36,8 +36,9 @@ import {
   NotOwnerError, SiloError, WorkerStoppingError, isConnectionError, isStalePlanError, toSiloError,
 } from './errors';
 import type { Json, RefreshTask, Task } from './types';
+import { SQL_LEASE, toTask } from './leasedTask';
 import {
-  Backoff, camelRow, destroyClient, poolQuery, sleep, withTimeout,
+  Backoff, destroyClient, poolQuery, sleep, withTimeout,
 } from './util';
 
 /** What a handler gets besides its task. */
@@ -159,7 +160,14 @@ type ExecState = 'queued' | 'running' | 'reporting' | 'done';
 
 interface Execution {
   task: Task | RefreshTask;
-  controller: AbortController;
+  /**
+   * Made when the handler first reads ctx.signal (most never do): until
+   * then an abort only records its reason, which the signal then carries.
+   */
+  controller: AbortController | null;
+  /** The signal was aborted (or will be, once made), with abortReason. */
+  aborted: boolean;
+  abortReason: unknown;
   state: ExecState;
   cancelled: boolean;
   lost: boolean;
@@ -173,9 +181,13 @@ interface Execution {
   abandoned: boolean;
   /** The handler has returned or thrown (or will never run). */
   handlerDone: boolean;
-  /** Resolves once handlerDone is set. */
-  settled: Promise<void>;
-  settle: () => void;
+  /** Resolves once handlerDone is set; made only when something waits for it (settledOf). */
+  settled: Promise<void> | null;
+  resolveSettled: (() => void) | null;
+  /** tenant NUL job id: its key in activeJobs (null for a refresh task). */
+  jobKey: string | null;
+  /** What complete reports for it (JSON text or null), once queued for a batched completion. */
+  result: string | null;
   /** Where its heartbeats and reports go after an SL020 (cluster mode): the new owner's pool. */
   target: pg.Pool | null;
 }
@@ -226,20 +238,6 @@ export interface WorkerInternals {
   redirect?: (err: NotOwnerError) => pg.Pool | null;
 }
 
-interface Completion {
-  exec: Execution;
-  result: string | null;
-}
-
-/*
- * The columns are named (not *), and the statement is not prepared under a
- * name: a named statement's result type is fixed, and ALTER EXTENSION silo
- * UPDATE may change silo.leased_task's.
- */
-const LEASE_COLUMNS = ['task_id', 'kind', 'tenant', 'job_id', 'attempt', 'relative_attempt', 'is_last_attempt',
-  'priority', 'task_group', 'payload', 'metadata', 'lease_expires_at', 'queue_key', 'current_max_concurrency',
-  'refresh_metadata', 'limits', 'retry_policy'];
-const SQL_LEASE = `SELECT ${LEASE_COLUMNS.join(', ')} FROM silo.lease($1::text, $2::text, $3::int, $4::int, $5::text[])`;
 const SQL_HEARTBEAT_MANY = 'SELECT t::text AS task_id, silo.heartbeat(t, $1::text, $3::int) AS cancelled'
   + ' FROM unnest($2::uuid[]) AS t';
 const SQL_HEARTBEAT = 'SELECT silo.heartbeat($1::uuid, $2::text, $3::int) AS cancelled';
@@ -317,24 +315,6 @@ function failureOf(err: unknown): { code: string; data: string | null } {
   return { code: 'ERROR', data: jsonOrNote({ message: safeMessage(err) }) };
 }
 
-const RUN_ONLY = ['jobId', 'attempt', 'relativeAttempt', 'isLastAttempt', 'payload', 'limits', 'retryPolicy'];
-const REFRESH_ONLY = ['queueKey', 'currentMaxConcurrency', 'refreshMetadata'];
-
-/** A row of silo.lease as a Task or a RefreshTask. */
-function toTask(row: Record<string, unknown>): Task | RefreshTask {
-  const c = camelRow(row);
-  delete c.taskId;
-  c.id = row.task_id;
-  if (row.kind === 'refresh') {
-    for (const k of RUN_ONLY) delete c[k];
-    c.metadata = row.refresh_metadata ?? {};
-    delete c.refreshMetadata;
-    return c as unknown as RefreshTask;
-  }
-  for (const k of REFRESH_ONLY) delete c[k];
-  return c as unknown as Task;
-}
-
 export class SiloWorker<P = any, R = unknown> {
   readonly workerId: string;
   readonly taskGroup: string;
@@ -379,13 +359,14 @@ export class SiloWorker<P = any, R = unknown> {
 
   /** Every task from its lease until its report is settled, by task id. */
   private readonly executions = new Map<string, Execution>();
-  /** The run of the latest attempt of each job running here, by tenant and job id. */
-  private readonly activeJobs = new Map<string, Promise<void>>();
+  /** The latest attempt of each job running (or waiting to run) here, by tenant and job id. */
+  private readonly activeJobs = new Map<string, Execution>();
   private slotsUsed = 0;
   private readonly idleWaiters: Array<() => void> = [];
   private readonly reports = new Set<Promise<unknown>>();
 
-  private pending: Completion[] = [];
+  /** Successes waiting for the next silo.complete_many (each exec's result says what it returned). */
+  private pending: Execution[] = [];
   private flushing = false;
   private flushScheduled = false;
 
@@ -728,8 +709,7 @@ export class SiloWorker<P = any, R = unknown> {
       if (this.slots) this.slots.used += want;
       let rows: Record<string, unknown>[];
       try {
-        rows = await this.q(SQL_LEASE, [this.workerId, this.taskGroup, want, this.leaseMs, this.tenants], 'silo_lease',
-          false);
+        rows = await this.q(SQL_LEASE, [this.workerId, this.taskGroup, want, this.leaseMs, this.tenants], 'silo_lease');
         if (failing) {
           failing = false;
           this.counters.reconnects++;
@@ -778,7 +758,9 @@ export class SiloWorker<P = any, R = unknown> {
     }
     const exec: Execution = {
       task,
-      controller: new AbortController(),
+      controller: null,
+      aborted: false,
+      abortReason: undefined,
       state: 'queued',
       cancelled: false,
       lost: false,
@@ -788,38 +770,76 @@ export class SiloWorker<P = any, R = unknown> {
       stopAborted: false,
       abandoned: false,
       handlerDone: false,
-      settled: Promise.resolve(),
-      settle: () => undefined,
+      settled: null,
+      resolveSettled: null,
+      jobKey: task.kind === 'run' ? `${task.tenant}\u0000${task.jobId}` : null,
+      result: null,
       target: null,
     };
-    exec.settled = new Promise<void>((resolve) => {
-      exec.settle = () => {
-        exec.handlerDone = true;
-        resolve();
-      };
-    });
     this.executions.set(task.id, exec);
     this.slotsUsed++;
     this.counters.leased++;
-    if (task.kind !== 'run') {
-      this.execute(exec).catch((err: unknown) => this.report(err, { phase: 'execute', taskId: task.id }));
-      return true;
-    }
     /*
      * An earlier attempt of the same job may still run here (its lease was
      * lost, swept, and the retry came back to us): the new attempt waits
      * until that handler has returned, so a job never runs twice at once.
+     * Attempts of one job thus run one after the other, each once the
+     * handler of the one leased before it has returned.
      */
-    const key = `${task.tenant}\u0000${task.jobId}`;
-    const prev = this.activeJobs.get(key);
-    const go = (): Promise<void> => this.execute(exec);
-    const run = (prev ? prev.then(go, go) : go())
-      .catch((err: unknown) => this.report(err, { phase: 'execute', taskId: task.id, jobId: task.jobId }));
-    this.activeJobs.set(key, run);
-    void run.then(() => {
-      if (this.activeJobs.get(key) === run) this.activeJobs.delete(key);
-    });
+    const prev = exec.jobKey === null ? undefined : this.activeJobs.get(exec.jobKey);
+    if (exec.jobKey !== null) this.activeJobs.set(exec.jobKey, exec);
+    if (prev && !prev.handlerDone) {
+      const go = (): void => this.run(exec);
+      this.settledOf(prev).then(go, go);
+    } else {
+      this.run(exec);
+    }
     return true;
+  }
+
+  /** Run exec's handler and report its outcome (execute), reporting what should never happen. */
+  private run(exec: Execution): void {
+    this.execute(exec).catch((err: unknown) => this.report(err,
+      { phase: 'execute', taskId: exec.task.id, jobId: this.jobIdOf(exec) }));
+  }
+
+  /** A promise that resolves once exec's handler has returned (made on demand: few are ever awaited). */
+  private settledOf(exec: Execution): Promise<void> {
+    if (exec.handlerDone) return Promise.resolve();
+    if (!exec.settled) {
+      exec.settled = new Promise<void>((resolve) => {
+        exec.resolveSettled = resolve;
+      });
+    }
+    return exec.settled;
+  }
+
+  /** exec's handler has returned (or will never run): wake what waits for it, free its job's key. */
+  private settle(exec: Execution): void {
+    exec.handlerDone = true;
+    exec.resolveSettled?.();
+    if (exec.jobKey !== null && this.activeJobs.get(exec.jobKey) === exec) this.activeJobs.delete(exec.jobKey);
+  }
+
+  /**
+   * The handler's view of exec's signal, made when first asked for: an
+   * AbortController per task costs more than a no-op handler does, and
+   * most handlers never look.  Aborted already if exec was aborted before.
+   */
+  private signalOf(exec: Execution): AbortSignal {
+    if (!exec.controller) {
+      exec.controller = new AbortController();
+      if (exec.aborted) exec.controller.abort(exec.abortReason);
+    }
+    return exec.controller.signal;
+  }
+
+  /** Abort exec's signal with reason (the first reason stays, as AbortController's does). */
+  private abort(exec: Execution, reason: Error): void {
+    if (exec.aborted) return;
+    exec.aborted = true;
+    exec.abortReason = reason;
+    exec.controller?.abort(reason);
   }
 
   private freeSlot(): void {
@@ -838,7 +858,7 @@ export class SiloWorker<P = any, R = unknown> {
   private async execute(exec: Execution): Promise<void> {
     if (exec.lost || exec.released || exec.abandoned) {
       /* lost, or handed back by stop() (whose release settles it), before it ran */
-      exec.settle();
+      this.settle(exec);
       this.freeSlot();
       if (exec.lost || exec.abandoned) this.done(exec, 'lost');
       return;
@@ -846,13 +866,20 @@ export class SiloWorker<P = any, R = unknown> {
     const task = exec.task;
     if (task.kind === 'run' && exec.cancelled) {
       /* cancelled while it waited for an earlier attempt: do not start it */
-      exec.settle();
+      this.settle(exec);
       this.freeSlot();
       this.track(this.call(exec, 'ack_cancel', SQL_ACK_CANCEL, [task.id, this.workerId], 'cancelled'));
       return;
     }
     exec.state = 'running';
-    const ctx: TaskContext = { signal: exec.controller.signal, workerId: this.workerId };
+    /* the signal is made when the handler first reads it (signalOf) */
+    const signalOf = (): AbortSignal => this.signalOf(exec);
+    const ctx: TaskContext = {
+      get signal(): AbortSignal {
+        return signalOf();
+      },
+      workerId: this.workerId,
+    };
     let ok = true;
     let value: unknown;
     try {
@@ -865,7 +892,7 @@ export class SiloWorker<P = any, R = unknown> {
       ok = false;
       value = err;
     }
-    exec.settle();
+    this.settle(exec);
     this.freeSlot();
     try {
       this.finish(exec, ok, value);
@@ -1028,7 +1055,8 @@ export class SiloWorker<P = any, R = unknown> {
       this.track(this.call(exec, 'complete', SQL_COMPLETE, [exec.task.id, this.workerId, result], 'succeeded'));
       return;
     }
-    this.pending.push({ exec, result });
+    exec.result = result;
+    this.pending.push(exec);
     if (!this.flushScheduled && !this.flushing) {
       this.flushScheduled = true;
       /* after the other handlers settled in this turn of the event loop */
@@ -1052,40 +1080,40 @@ export class SiloWorker<P = any, R = unknown> {
     }
   }
 
-  private async completeBatch(items: Completion[]): Promise<void> {
+  private async completeBatch(items: Execution[]): Promise<void> {
     let batch = items;
     const backoff = new Backoff(this.reconnectInitial, this.reconnectMax);
     /* a task whose shard moved away reports to its new owner, alone */
-    if (batch.some((c) => c.exec.target !== null)) {
-      for (const c of batch.filter((x) => x.exec.target !== null)) {
-        this.track(this.call(c.exec, 'complete', SQL_COMPLETE, [c.exec.task.id, this.workerId, c.result], 'succeeded'));
+    if (batch.some((c) => c.target !== null)) {
+      for (const c of batch.filter((x) => x.target !== null)) {
+        this.track(this.call(c, 'complete', SQL_COMPLETE, [c.task.id, this.workerId, c.result], 'succeeded'));
       }
-      batch = batch.filter((x) => x.exec.target === null);
+      batch = batch.filter((x) => x.target === null);
       if (batch.length === 0) return;
     }
     for (;;) {
       if (!this.batchCompletions) {
         for (const c of batch) {
-          this.track(this.call(c.exec, 'complete', SQL_COMPLETE, [c.exec.task.id, this.workerId, c.result], 'succeeded'));
+          this.track(this.call(c, 'complete', SQL_COMPLETE, [c.task.id, this.workerId, c.result], 'succeeded'));
         }
         return;
       }
-      const ids = batch.map((c) => c.exec.task.id);
+      const ids = batch.map((c) => c.task.id);
       const results = batch.some((c) => c.result !== null) ? batch.map((c) => c.result) : null;
       try {
         const rows = await this.q<{ task_id: string }>(SQL_COMPLETE_MANY, [ids, this.workerId, results],
           'silo_complete_many');
         const completed = new Set(rows.map((r) => r.task_id));
         for (const c of batch) {
-          if (completed.has(c.exec.task.id)) {
-            this.done(c.exec, 'succeeded');
+          if (completed.has(c.task.id)) {
+            this.done(c, 'succeeded');
           } else if (this.passTenant) {
             /* not here: alone with its tenant, a node its shard moved from says where it went */
-            this.track(this.call(c.exec, 'complete', SQL_COMPLETE, [c.exec.task.id, this.workerId, c.result], 'succeeded'));
+            this.track(this.call(c, 'complete', SQL_COMPLETE, [c.task.id, this.workerId, c.result], 'succeeded'));
           } else {
-            this.report(new LeaseNotFoundError(`task ${c.exec.task.id} was not completed: its lease was gone`),
-              { phase: 'complete', taskId: c.exec.task.id, jobId: this.jobIdOf(c.exec) });
-            this.done(c.exec, 'lost');
+            this.report(new LeaseNotFoundError(`task ${c.task.id} was not completed: its lease was gone`),
+              { phase: 'complete', taskId: c.task.id, jobId: this.jobIdOf(c) });
+            this.done(c, 'lost');
           }
         }
         return;
@@ -1096,7 +1124,7 @@ export class SiloWorker<P = any, R = unknown> {
           this.batchCompletions = false;
           continue;
         }
-        const deadline = Math.min(...batch.map((c) => c.exec.leaseDeadline));
+        const deadline = Math.min(...batch.map((c) => c.leaseDeadline));
         if (this.mayRetry(e, deadline)) {
           await sleep(Math.max(1, Math.min(backoff.next(), deadline - Date.now(), this.hardDeadline - Date.now())));
           continue;
@@ -1104,7 +1132,7 @@ export class SiloWorker<P = any, R = unknown> {
         /* anything else: report one by one, so each task gets its own answer */
         this.report(e, { phase: 'complete' });
         for (const c of batch) {
-          this.track(this.call(c.exec, 'complete', SQL_COMPLETE, [c.exec.task.id, this.workerId, c.result], 'succeeded'));
+          this.track(this.call(c, 'complete', SQL_COMPLETE, [c.task.id, this.workerId, c.result], 'succeeded'));
         }
         return;
       }
@@ -1234,7 +1262,7 @@ export class SiloWorker<P = any, R = unknown> {
     if (e.cancelled || e.task.kind !== 'run') return;
     e.cancelled = true;
     if (e.state === 'queued' || e.state === 'running') {
-      e.controller.abort(new JobCancelledError(`job ${e.task.jobId} was cancelled`));
+      this.abort(e, new JobCancelledError(`job ${e.task.jobId} was cancelled`));
     }
   }
 
@@ -1242,7 +1270,7 @@ export class SiloWorker<P = any, R = unknown> {
     /* a report in flight decides for itself (it may have just landed) */
     if (e.state !== 'queued' && e.state !== 'running') return;
     e.lost = true;
-    e.controller.abort(new LeaseLostError(`the lease of task ${e.task.id} was lost`, { cause }));
+    this.abort(e, new LeaseLostError(`the lease of task ${e.task.id} was lost`, { cause }));
   }
 
   // ---------------------------------------------------------------------
@@ -1295,16 +1323,16 @@ export class SiloWorker<P = any, R = unknown> {
         if (e.lost || e.abandoned || e.released) continue;
         if (e.state === 'queued') {
           /* never started (it waits for an earlier attempt): hand it back */
-          e.controller.abort(new WorkerStoppingError('the worker is stopping'));
+          this.abort(e, new WorkerStoppingError('the worker is stopping'));
           this.handBack(e);
         } else if (e.state === 'running') {
           e.stopAborted = true;
-          e.controller.abort(new WorkerStoppingError('the worker is stopping'));
+          this.abort(e, new WorkerStoppingError('the worker is stopping'));
           aborted.push(e);
         }
       }
       if (aborted.length > 0) {
-        await this.until(Promise.all(aborted.map((e) => e.settled)),
+        await this.until(Promise.all(aborted.map((e) => this.settledOf(e))),
           Math.min(Date.now() + SETTLE_AFTER_ABORT_MS, this.hardDeadline));
       }
       for (const e of aborted) {

@@ -215,6 +215,42 @@ describe('running jobs', () => {
     assert.equal(w.stats.cancelled, 1);
   });
 
+  test('cancelled before the handler looks at its signal: the signal it then reads is aborted already', async () => {
+    const group = unique('cancel-unread');
+    const id = await client.enqueue(group);
+    const started = deferred();
+    const look = deferred();
+    let seen;
+    const w = await startWorker({
+      taskGroup: group, leaseMs: 1500,
+      handler: async (task, ctx) => {
+        started.resolve();
+        await look.promise; // ctx.signal not read until the cancel has been noticed
+        const { signal } = ctx;
+        seen = { aborted: signal.aborted, reason: signal.reason, same: ctx.signal === signal };
+        throw signal.reason;
+      },
+    });
+    // the heartbeats' answers: one that says the job was cancelled
+    let cancelledBeats = 0;
+    const hq = w.hq.bind(w);
+    w.hq = async (...args) => {
+      const rows = await hq(...args);
+      if (rows.some((r) => r.cancelled === true)) cancelledBeats++;
+      return rows;
+    };
+    await started.promise;
+    await client.cancel(id);
+    await waitFor(() => cancelledBeats > 0, { message: 'a heartbeat that found the job cancelled' });
+    look.resolve();
+    await waitForStatus([id], ['Cancelled'], 10000);
+    await stopWorker(w);
+    assert.equal(seen.aborted, true);
+    assert.ok(seen.reason instanceof JobCancelledError, String(seen.reason));
+    assert.equal(seen.same, true, 'the same signal each time');
+    assert.equal(w.stats.cancelled, 1);
+  });
+
   test('heartbeats keep a job longer than its lease alive', async () => {
     const group = unique('long');
     const id = await client.enqueue(group, {}, { retryPolicy: { retryCount: 3, initialIntervalMs: 0 } });
@@ -546,6 +582,53 @@ describe('connections', () => {
     for (const id of [first, ...more]) assert.equal(runs.get(id), 1);
     assert.ok(w.stats.reconnects >= 1);
     assert.ok(w.errors.length >= 1, 'the lost connection was reported to onError');
+    assert.equal(w.stats.lost, 0);
+  });
+
+  test('a batch of completions whose connection drops is sent again: no job lost, none run twice', async () => {
+    const group = unique('batch-drop');
+    const app = unique('app');
+    const ids = await client.enqueueMany(Array.from({ length: 6 }, () => ({ taskGroup: group })));
+    const gate = deferred();
+    const runs = new Map();
+    const w = await startWorker({
+      connection: urlAs('postgres', app), taskGroup: group, concurrency: 6, batchSize: 6, leaseMs: 20000,
+      reconnectDelayMs: { initial: 50, max: 200 },
+      handler: async (task) => {
+        runs.set(task.jobId, (runs.get(task.jobId) ?? 0) + 1);
+        await gate.promise;
+        return task.jobId;
+      },
+    });
+    const calls = spy(w);
+    await waitFor(() => runs.size === 6, { message: 'six handlers running' });
+    // hold the six lease rows: the completion waits for them, and its connection is cut meanwhile
+    const holder = await admin.connect();
+    try {
+      await holder.query('BEGIN');
+      const held = await holder.query('SELECT 1 FROM silo.task_lease WHERE job_id = ANY($1) FOR UPDATE', [ids]);
+      assert.equal(held.rowCount, 6);
+      gate.resolve();
+      const pid = await waitFor(() => value('SELECT pid FROM pg_stat_activity WHERE application_name = $1'
+        + " AND wait_event_type = 'Lock' AND query LIKE '%complete_many%'", [app]),
+      { message: 'silo.complete_many waiting for the held leases' });
+      assert.equal(await value('SELECT pg_terminate_backend($1)', [pid]), true);
+    } finally {
+      await holder.query('ROLLBACK');
+      holder.release();
+    }
+    await waitForStatus(ids, ['Succeeded'], 15000);
+    await stopWorker(w);
+    const batches = calls.filter((c) => c.name === 'silo_complete_many').map((c) => [...c.values[0]].sort());
+    assert.ok(batches.length >= 2, `${batches.length} complete_many calls`);
+    assert.equal(batches[0].length, 6, 'the six successes went in one batch');
+    assert.deepEqual(batches[1], batches[0], 'the same batch, sent again');
+    assert.equal(calls.filter((c) => c.name === 'silo_complete').length, 0);
+    for (const id of ids) {
+      assert.equal(runs.get(id), 1);
+      assert.equal((await client.getJobResult(id)).result, id);
+    }
+    assert.equal(w.stats.succeeded, 6);
     assert.equal(w.stats.lost, 0);
   });
 

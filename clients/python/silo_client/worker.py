@@ -335,6 +335,8 @@ class AsyncSiloWorker:
         self._stop_task: Optional[asyncio.Future] = None
         self._hard_deadline = float("inf")
         self._executions: Dict[str, _Exec] = {}
+        self._threaded_fn: Any = None
+        self._threaded_is = True
         self._active_jobs: Dict[Tuple[str, str], asyncio.Task] = {}
         self._slots_used = 0
         self._idle: Optional[asyncio.Event] = None
@@ -646,7 +648,12 @@ class AsyncSiloWorker:
                 self._next_poll_at = time.monotonic() + self.poll_s
 
     def _threaded(self, fn: Any) -> bool:
-        return not (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)))
+        """Whether fn runs in a thread (not a coroutine function); the last answer is kept, asked per task."""
+        if fn is not self._threaded_fn:
+            self._threaded_is = not (inspect.iscoroutinefunction(fn)
+                                     or inspect.iscoroutinefunction(getattr(fn, "__call__", None)))
+            self._threaded_fn = fn
+        return self._threaded_is
 
     def _unreserve(self, n: int) -> None:
         """Give back n reserved slots of the shared budget."""
@@ -683,7 +690,8 @@ class AsyncSiloWorker:
                 await asyncio.wait({prev})
             await self._execute(ex)
 
-        t = asyncio.ensure_future(run())
+        # without an earlier attempt to wait for, no wrapper coroutine
+        t = asyncio.ensure_future(run() if prev is not None else self._execute(ex))
         self._active_jobs[key] = t
 
         def forget(_f: asyncio.Future) -> None:
