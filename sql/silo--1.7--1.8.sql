@@ -102,7 +102,8 @@ GRANT EXECUTE ON FUNCTION silo.import_jobs(jsonb) TO silo_producer, silo_admin;
  * during it (src/cluster/tail.c; docs/cluster.md, "The setsums and the
  * tail").  The coordinator's, over a session of its own; it returns once
  * silo.shard_state says finish_state with a final LSN for the move, and
- * fails past limit_ms.  The same output settings as silo.shard_setsums.
+ * fails past limit_ms.  The same output settings as silo.shard_setsums;
+ * log_min_messages: each round's decoding would log two lines.
  */
 CREATE FUNCTION silo.move_tail_setsums(shard integer, move bigint, lo bigint, hi bigint,
 									   publication text, finish_state text, limit_ms integer)
@@ -110,7 +111,8 @@ RETURNS text
 AS 'MODULE_PATHNAME', 'silo_move_tail_setsums'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp SET "TimeZone" = 'UTC' SET "DateStyle" = 'ISO, YMD'
-SET "IntervalStyle" = 'postgres' SET extra_float_digits = 1 SET bytea_output = 'hex';
+SET "IntervalStyle" = 'postgres' SET extra_float_digits = 1 SET bytea_output = 'hex'
+SET log_min_messages = 'warning';
 
 /* the target: a publication of the shard's rows it receives, which only
  * the tail's decoding reads (nobody subscribes to it); dropped with the
