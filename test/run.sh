@@ -547,7 +547,7 @@ suite_clients()
 			say "clients: build ... FAILED"
 			fail=$((fail + 1))
 		else
-			run_logged "$log" "${AS_USER[@]}" env \
+			run_logged "$log" "${AS_USER[@]}" env PGBIN="$PGBIN" \
 				SILO_NODE_TMP="$SCRATCH/clients" \
 				${clients_only:+SILO_NODE_TESTS="$clients_only"} \
 				bash "$COPY/clients/node/test/run.sh"
@@ -575,7 +575,7 @@ suite_clients()
 			say "clients-python: python3 with psycopg ... FAILED"
 			fail=$((fail + 1))
 		else
-			run_logged "$pylog" "${AS_USER[@]}" env \
+			run_logged "$pylog" "${AS_USER[@]}" env PGBIN="$PGBIN" \
 				SILO_PY_TMP="$SCRATCH/clients" \
 				${py_tests:+SILO_PY_TESTS="$py_tests"} \
 				bash "$COPY/clients/python/test/run.sh"
