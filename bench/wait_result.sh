@@ -6,9 +6,13 @@
 #   bash bench/wait_result.sh
 #
 # A burn-down: WR_JOBS due jobs drained by WR_CLIENTS pgbench clients, each
-# transaction a lease of WR_BATCH tasks and their complete_many.  Each of
-# WR_REPEATS rounds drains three times, in an order that turns from round
-# to round (the first round's is this one):
+# transaction a lease of WR_BATCH tasks and their complete_many.  Every
+# drain starts from the same state: the queue's tables truncated, the
+# WR_JOBS jobs and WR_WAITERS jobs of another task group (the waiters'
+# jobs, enqueued in every mode) enqueued, the database vacuumed and
+# analyzed, a checkpoint.  Each of WR_REPEATS rounds drains three times,
+# in an order that turns from round to round (the first round's is this
+# one):
 #
 #   without   nothing else connected
 #   waiters   WR_WAITERS sessions asleep in CALL silo.wait_result on jobs
@@ -19,9 +23,16 @@
 #             can be told from what a connection costs
 #
 # The waiters are one pgbench run of WR_WAITERS clients, started before the
-# drain and ended after it by one transaction that cancels their jobs.
-# Reported: the median jobs per second of each mode and the ratios to
-# "without"; that every waiter was asleep with backend_xmin and
+# drain and ended after it by one transaction that cancels their jobs.  A
+# drain with waiters or idle connections starts once they have used no
+# CPU for a whole second (settle).
+# Reported: each drain's jobs per second and the CPU the cluster used
+# during it (in all, and the part of it the WR_WAITERS other backends
+# used: /proc's utime and stime of the postmaster's children, with the
+# exited ones' through the postmaster's cutime and cstime); the median,
+# lowest and highest jobs per second of each mode and the ratios of the
+# medians to "without"; the load average (uptime) before and after; that
+# every waiter was asleep with backend_xmin and
 # backend_xid NULL before and after each drain; and how long after the one
 # statement that ends the waiters' jobs (its commit included) they
 # resumed: each records the time in a table right after its CALL returns
@@ -81,12 +92,11 @@ backends_gone()
 }
 
 # start_waiters R: WAITERS sessions wait for jobs idle-R-1 .. idle-R-n
-# (enqueued here, in a group nobody leases), all asleep before it returns.
+# (enqueued by fresh_state, in a group nobody leases), all asleep before
+# it returns.
 start_waiters()
 {
 	local r=$1 deadline
-	backends_gone
-	enqueue idle "$WAITERS" "idle-$r-"
 	psql_ -c "TRUNCATE bench_woken"
 	{
 		echo "SET synchronous_commit = off;"
@@ -139,7 +149,6 @@ stop_waiters()
 start_idle()
 {
 	local deadline
-	backends_gone
 	# (pgbench counts a sleep in microseconds in an int: 1200 s fits,
 	# 3600 s overflows and the "idle" clients would end at once)
 	printf 'SELECT 1;\n\\sleep 1200 s\n' >"$DIR/idle.sql"
@@ -192,9 +201,88 @@ drain()
 	echo "$t1 - $t0" | bc -l
 }
 
+# fresh_state R GROUP: the state every drain starts from: the queue's
+# tables emptied (the previous drains' finished jobs would otherwise make
+# each drain read larger tables than the one before), WAITERS jobs
+# idle-R-1 .. idle-R-n in group idle (the waiters' jobs; enqueued in every
+# mode, so that the three drains see the same tables) and JOBS jobs in
+# GROUP, everything vacuumed and analyzed, a checkpoint.
+fresh_state()
+{
+	local r=$1 group=$2
+	backends_gone
+	psql_ -c "TRUNCATE silo.job_info, silo.job_status, silo.job_status_index,
+	                   silo.job_metadata, silo.task, silo.task_lease, silo.attempt,
+	                   silo.job_cancellation, silo.chain_task"
+	enqueue idle "$WAITERS" "idle-$r-"
+	enqueue "$group" "$JOBS" "$group-"
+	psql_ -c "VACUUM ANALYZE" -c "CHECKPOINT" >/dev/null
+}
+
+# others_pids: the backends of the waiters or of the idle control.
+others_pids()
+{
+	psql_ -c "SELECT pid FROM pg_stat_activity
+	           WHERE query LIKE 'CALL silo.wait_result%' OR query LIKE 'SELECT 1%'"
+}
+
+# cpu_ticks PID...: the CPU clock ticks these processes used (user and
+# system), with those of their exited children.
+cpu_ticks()
+{
+	local p
+	for p in "$@"; do
+		cat "/proc/$p/stat" 2>/dev/null || true
+	done | sed 's/^.*) //' | awk '{t += $12 + $13 + $14 + $15} END {print t + 0}'
+}
+
+# cluster_ticks: cpu_ticks of the postmaster and every child of it, once
+# the children it had before the drain are all that is left (the drain's
+# backends have exited and been reaped: their ticks are then the
+# postmaster's cutime and cstime), or after 10 s.
+cluster_ticks()
+{
+	local deadline=$((SECONDS + 10))
+	while (($(pgrep -c -P "$PID") > NCHILDREN)) && ((SECONDS < deadline)); do
+		sleep 0.05
+	done
+	# shellcheck disable=SC2046
+	cpu_ticks "$PID" $(pgrep -P "$PID")
+}
+
+# settle PID...: wait until these backends have used no CPU for a whole
+# second (60 s at most).  Counted asleep, 1,000 waiters still use a
+# second or two of CPU in all during the next second (their start-up's
+# tail); a drain started at once would pay for it, which is not what a
+# sleeping waiter costs.
+settle()
+{
+	local deadline=$((SECONDS + 60)) t0 t1
+	t0=$(cpu_ticks "$@")
+	while ((SECONDS < deadline)); do
+		sleep 1
+		t1=$(cpu_ticks "$@")
+		if [ "$t1" = "$t0" ]; then
+			return
+		fi
+		t0=$t1
+	done
+	echo "the $# backends did not settle" >&2
+}
+
 median() { sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 
-cleanup_waiters() { if [ -n "$WAITER_PID" ]; then kill "$WAITER_PID" 2>/dev/null || true; fi; }
+# cleanup_waiters: on the way out, end the waiters' pgbench and stop the
+# cluster at once (a fast shutdown: sleeping waiters whose client has gone
+# would hold up a smart one until their timeout).
+cleanup_waiters()
+{
+	local deadline=$((SECONDS + 60))
+	if [ -n "$WAITER_PID" ]; then kill "$WAITER_PID" 2>/dev/null || true; fi
+	if [ -n "$PID" ] && kill -INT "$PID" 2>/dev/null; then
+		while kill -0 "$PID" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+	fi
+}
 
 scratch_begin
 trap 'cleanup_waiters; scratch_cleanup' EXIT
@@ -204,16 +292,18 @@ scratch_start data
 psql_ -c "CREATE EXTENSION silo CASCADE" 2>/dev/null
 psql_ -c "CREATE UNLOGGED TABLE bench_woken (at timestamptz)"
 
+HZ=$(getconf CLK_TCK)
 echo "== burn-down: $JOBS jobs, $CLIENTS clients x batch $BATCH; $REPEATS rounds of three:" \
-	"without, with $WAITERS waiters asleep, with $WAITERS idle connections"
+	"without, with $WAITERS waiters asleep, with $WAITERS idle connections; each drain from" \
+	"truncated queue tables"
+echo "load before: $(uptime)"
 : >"$DIR/rates.without"
 : >"$DIR/rates.waiters"
 : >"$DIR/rates.idle"
 : >"$DIR/wakes"
 for ((r = 1; r <= REPEATS; r++)); do
-	# the order turns from round to round: each drain leaves its finished
-	# jobs behind, so a later drain of a round reads larger tables than an
-	# earlier one, and a fixed order would pin that drift on one mode
+	# the order turns from round to round, so that whatever drifts
+	# (the machine's other load, the catalogs) is not pinned on one mode
 	case $((r % 3)) in
 		1) order="without waiters idle" ;;
 		2) order="waiters idle without" ;;
@@ -221,16 +311,27 @@ for ((r = 1; r <= REPEATS; r++)); do
 	esac
 	for mode in $order; do
 		g=burn_${mode}_$r
-		enqueue "$g" "$JOBS" "$g-"
-		psql_ -c "VACUUM ANALYZE silo.task" -c "CHECKPOINT" >/dev/null
+		fresh_state "$r" "$g"
 		note=
+		others=
 		if [ "$mode" = waiters ]; then
 			start_waiters "$r"
 			note="waiters asleep/no xmin before $(asleep)"
+			others=$(others_pids)
 		elif [ "$mode" = idle ]; then
 			start_idle
+			others=$(others_pids)
 		fi
+		# shellcheck disable=SC2086
+		if [ -n "$others" ]; then settle $others; fi
+		# shellcheck disable=SC2086
+		o0=$(cpu_ticks $others)
+		NCHILDREN=$(pgrep -c -P "$PID")
+		c0=$(cluster_ticks)
 		s=$(drain "$g")
+		c1=$(cluster_ticks)
+		# shellcheck disable=SC2086
+		o1=$(cpu_ticks $others)
 		echo "$JOBS / $s" | bc -l >>"$DIR/rates.$mode"
 		if [ "$mode" = idle ]; then
 			stop_idle
@@ -240,12 +341,20 @@ for ((r = 1; r <= REPEATS; r++)); do
 			read -r wmed wmax < <(tail -1 "$DIR/wakes")
 			note="$note; one commit ended their jobs: resumed after ${wmed} s (median), ${wmax} s (last)"
 		fi
-		printf 'run %d %-8s %8.0f jobs/s  %s\n' "$r" "$mode" "$(tail -1 "$DIR/rates.$mode")" "$note"
+		printf 'run %d %-8s %8.0f jobs/s  cluster CPU %6.2f s, of it the %d others %5.2f s  %s\n' \
+			"$r" "$mode" "$(tail -1 "$DIR/rates.$mode")" "$(echo "($c1 - $c0) / $HZ" | bc -l)" \
+			"$(echo "$others" | grep -c .)" "$(echo "($o1 - $o0) / $HZ" | bc -l)" "$note"
 	done
 done
+echo "load after: $(uptime)"
 off=$(median <"$DIR/rates.without")
 on=$(median <"$DIR/rates.waiters")
 idle=$(median <"$DIR/rates.idle")
+for mode in without waiters idle; do
+	printf '%-8s median %6.0f jobs/s, lowest %6.0f, highest %6.0f\n' "$mode" \
+		"$(median <"$DIR/rates.$mode")" "$(sort -g "$DIR/rates.$mode" | head -1)" \
+		"$(sort -g "$DIR/rates.$mode" | tail -1)"
+done
 printf 'median: without %.0f jobs/s; with %d waiters %.0f jobs/s, ratio %.3f; with %d idle connections %.0f jobs/s, ratio %.3f\n' \
 	"$off" "$WAITERS" "$on" "$(echo "$on / $off" | bc -l)" "$WAITERS" "$idle" "$(echo "$idle / $off" | bc -l)"
 printf 'one commit ending the jobs of %d waiters: they resumed after %.3f s (median), the last after %.3f s (medians of the runs)\n' \
