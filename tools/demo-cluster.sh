@@ -399,6 +399,7 @@ echo "  \$ siloctl cluster info --dsn 'host=... port=${PORT[1]}'"
 header "2. The workload: $((N_TENANTS * PER_TENANT)) jobs, silo-worker in cluster mode"
 : >"$DIR/enqueued"
 : >"$DIR/producer.log"
+: >"$DIR/waves"
 enqueue_wave w1 "$PER_TENANT" || die "enqueue failed"
 awk '{ printf "  enqueued on %s: %s jobs\n", $2, $3 }' "$DIR/enqueued"
 
@@ -432,7 +433,9 @@ rm -f "$DIR/producer.stop"
 	i=0
 	until [ -e "$DIR/producer.stop" ]; do
 		i=$((i + 1))
+		t=$(date +%s.%N)
 		enqueue_wave "live$i" 1 || exit 1
+		printf 'live%s %s %s\n' "$i" "$t" "$(date +%s.%N)" >>"$DIR/waves"
 		sleep 1
 	done
 ) &
@@ -447,7 +450,9 @@ rc_producer=$?
 PRODUCER_PID=
 [ "$rc_producer" -eq 0 ] || die "the producer failed"
 echo "  the moves are done ($((SECONDS - T0)) s); the producer is stopped"
-sed 's/^/  /' "$DIR/producer.log" | sort | uniq -c | sed 's/^ */  /'
+printf '  the producer: %s waves of %s jobs; %s batches refused (SL020: %s, SL021: %s) and sent again where the map then said\n' \
+	"$(wc -l <"$DIR/waves")" "$N_TENANTS" "$(wc -l <"$DIR/producer.log")" \
+	"$(grep -c SL020 "$DIR/producer.log")" "$(grep -c SL021 "$DIR/producer.log")"
 echo "  \$ siloctl cluster info --dsn 'host=... port=${PORT[1]}'"
 "$SILOCTL" cluster info --dsn "host=$DIR port=${PORT[1]} dbname=postgres user=postgres" | sed 's/^/    /'
 
@@ -543,10 +548,11 @@ nmoves=$(wc -l <"$DIR/moves")
 [ "$nmoves" -gt 0 ] || { echo "  FAIL  no shard moved"; failed=1; }
 
 header "Summary"
-printf '  jobs:   %s enqueued over %s tenants (%s in the first wave, the rest one per tenant per second while shards moved),\n' \
-	"$enqueued" "$N_TENANTS" "$((N_TENANTS * PER_TENANT))"
+printf '  jobs:   %s enqueued over %s tenants (%s in the first wave, %s in %s waves of one per tenant while shards moved;\n' \
+	"$enqueued" "$N_TENANTS" "$((N_TENANTS * PER_TENANT))" "$((enqueued - N_TENANTS * PER_TENANT))" "$(wc -l <"$DIR/waves")"
+printf '          the slowest wave took %s s),\n' "$(awk '{ d = $3 - $2; if (d > m) m = d } END { printf "%.1f", m }' "$DIR/waves")"
 printf '          each Succeeded once, on its shard'\''s owner: %s\n' \
-	"$(awk '{ c[$2]++ } END { for (n in c) printf "%s %s  ", n, c[n] }' "$DIR/jobs")"
+	"$(cut -d' ' -f2 "$DIR/jobs" | sort | uniq -c | awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $2, $1 }')"
 printf '  worker: %s\n' "${summary#silo-worker: }"
 printf '  moves:  %s shards moved live:\n' "$nmoves"
 awk '{ printf "            shard %s: %s -> %s, paused %s ms\n", $1, $2, $3, $4 }' "$DIR/moves"
