@@ -306,8 +306,9 @@ scenario()
 3. While it runs, nodes n2 and n3 join. Placement gives each its share of
    the shards, which move live, with their rows and running leases: each
    move's copy, pause and verdict are printed as the coordinators log them.
-   Meanwhile a producer adds one job per tenant every second, always on the
-   tenant's current owner (SL020 / SL021: it reads the map again).
+   Meanwhile a producer adds waves of one job per tenant, a second apart,
+   always on the tenant's current owner (SL020 / SL021: it reads the map
+   again).
 4. Once the moves are done: siloctl cluster info shows the new owners. Then
    n3 is killed (kill -9): n1 says its shards are owner-down and answers
    SL021 for their tenants; n3 restarts with the same node id and serves
