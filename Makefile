@@ -6,6 +6,8 @@
 #   make test       install what is missing, build, run every suite
 #   make test-cluster  the cluster TAP tests, long scenarios included
 #   make demo       install what is missing, build, run a real demo
+#   make demo-cluster  the same for cluster mode: etcd, three nodes, shards
+#                   moving live under a workload (tools/demo-cluster.sh)
 #   make stress     the long randomized stress run
 #   make bench      the side-by-side benchmarks (bench/run.sh; not part of test)
 #   make check-layers  calls between src/'s folders go down (also in make test)
@@ -30,7 +32,7 @@ EXTRA_CLEAN = tools/silo-worker
 # postgresql-server-dev-15) and then runs make itself.  With only such goals
 # this Makefile asks pg_config nothing, so that on a fresh machine their
 # first line is the script's own, not an error about pg_config or PGXS.
-SILO_SCRIPT_GOALS = test test-cluster demo stress bench
+SILO_SCRIPT_GOALS = test test-cluster demo demo-cluster stress bench
 ifneq ($(MAKECMDGOALS),)
 ifeq ($(filter-out $(SILO_SCRIPT_GOALS),$(MAKECMDGOALS)),)
 SILO_SCRIPTS_ONLY = 1
@@ -74,7 +76,7 @@ include mk/coordinator.mk
 include mk/siloctl.mk
 endif # SILO_SCRIPTS_ONLY
 
-.PHONY: test test-cluster demo stress bench check-layers
+.PHONY: test test-cluster demo demo-cluster stress bench check-layers
 check-layers: all
 	@tools/check-layers.sh && tools/check-layers.sh --selftest
 
@@ -88,6 +90,9 @@ test-cluster:
 
 demo:
 	@bash tools/demo.sh
+
+demo-cluster:
+	@bash tools/demo-cluster.sh
 
 stress:
 	@SILO_STRESS=long bash test/run.sh
