@@ -49,6 +49,7 @@
 #include "silo_cluster.h"
 
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
@@ -404,6 +405,22 @@ tail_keysum(TailTable *tt, List *keys, Snapshot snapshot, int64 *count, SiloSets
 }
 
 /*
+ * tail_flush_point: the WAL position to flush so that everything inserted
+ * before the insert position upto is on disk.  Right after a page's header
+ * the insert position is past a header nothing has written yet (XLogFlush
+ * would fail: "flushed only to" the page's start); everything inserted
+ * ends at the page's start then.
+ */
+static XLogRecPtr
+tail_flush_point(XLogRecPtr upto)
+{
+	if (upto % XLOG_BLCKSZ == SizeOfXLogShortPHD ||
+		XLogSegmentOffset(upto, wal_segment_size) == SizeOfXLogLongPHD)
+		return upto - upto % XLOG_BLCKSZ;
+	return upto;
+}
+
+/*
  * tail_round: one round of the header's step 3; *snapshot (T) is replaced
  * by the new one (T').
  */
@@ -421,7 +438,7 @@ tail_round(Tail *t, const char *slot, const char *pub, Snapshot *snapshot)
 	uint64		t1;
 	int			nkeys = 0;
 
-	XLogFlush(upto);
+	XLogFlush(tail_flush_point(upto));
 	t->next = next;
 	t->carry = true;
 	tail_decode(t, slot, pub, upto);
