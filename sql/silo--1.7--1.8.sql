@@ -114,15 +114,17 @@ SET search_path = pg_catalog, pg_temp SET "TimeZone" = 'UTC' SET "DateStyle" = '
 SET "IntervalStyle" = 'postgres' SET extra_float_digits = 1 SET bytea_output = 'hex'
 SET log_min_messages = 'warning';
 
-/* the target: a publication of the shard's rows it receives, which only
- * the tail's decoding reads (nobody subscribes to it); dropped with the
- * move's subscription */
-CREATE FUNCTION silo.move_tail_publish(shard integer, lo bigint, hi bigint)
+/*
+ * (Re)create publication pub of a hash range's rows of every shard table:
+ * row-filtered, no TRUNCATE (a row filter does not apply to it), no row
+ * hints.  The source's of a move (silo_move_<S>, which the target
+ * subscribes to) and the target's for its tail (silo_tail_<S>, which only
+ * the tail's decoding reads; dropped with the move's subscription).
+ */
+CREATE FUNCTION silo.shard_publish(pub text, lo bigint, hi bigint)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-	pub text := format('silo_tail_%s', shard);
 BEGIN
 	IF EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = pub) THEN
 		EXECUTE format('DROP PUBLICATION %I', pub);
@@ -135,5 +137,17 @@ BEGIN
 END
 $$;
 
+/* the source: publish the shard's rows for the move */
+CREATE OR REPLACE FUNCTION silo.move_source_prepare(shard integer, move bigint, peer_node text,
+													lo bigint, hi bigint)
+RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM silo.shard_publish(format('silo_move_%s', shard), lo, hi);
+	RETURN silo.shard_state_set(shard, 'sending', move, peer_node, NULL);
+END
+$$;
+
 REVOKE ALL ON FUNCTION silo.move_tail_setsums(integer, bigint, bigint, bigint, text, text, integer),
-	silo.move_tail_publish(integer, bigint, bigint) FROM PUBLIC;
+	silo.shard_publish(text, bigint, bigint) FROM PUBLIC;

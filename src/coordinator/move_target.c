@@ -270,7 +270,7 @@ tgt_tail_begin(CoordState *cs, int shard)
 		return;
 	coord_move_bounds(cs, shard, lo, hi);
 	(void) coord_sql_send(cs, shard, SQL_TGT_TAIL_PUBLISH,
-						  psprintf("SELECT silo.move_tail_publish(%d, %s, %s)", shard, lo, hi));
+						  psprintf("SELECT silo.shard_publish('silo_tail_%d', %s, %s)", shard, lo, hi));
 }
 
 /*

@@ -179,7 +179,7 @@ typedef enum CoordSqlTag
 	SQL_TGT_SETSUMS,
 	SQL_TGT_RECEIVED,
 	SQL_TGT_ACQUIRED,
-	SQL_TGT_TAIL_PUBLISH,		/* silo.move_tail_publish */
+	SQL_TGT_TAIL_PUBLISH,		/* silo.shard_publish of the tail's publication */
 	SQL_TGT_TAIL_LSN,			/* the target's LSN for its tail */
 	SQL_SWEEP					/* silo.move_source_sweep (shard -1) */
 } CoordSqlTag;
