@@ -15,8 +15,9 @@
  *		transaction that T does not see commits after the slot's start, so
  *		the slot decodes it;
  *	 2. it sums the shard's rows as T sees them (the long part, before the
- *		pause) and says so with a NOTICE, which the coordinator waits for
- *		before it pauses the shard;
+ *		pause), runs rounds (step 3) until one is quick (the first decodes
+ *		all the WAL written meanwhile), and says so with a NOTICE, which the
+ *		coordinator waits for before it pauses the shard;
  *	 3. every ROUND_MS, and once more when silo.shard_state says the pause
  *		is over (the source's drained LSN, the target's LSN once every
  *		change had arrived): it takes a new snapshot T', flushes the WAL up
@@ -28,9 +29,11 @@
  * Why it is exact: a row whose key no transaction touched between T and
  * T' is the same in both, so adding and removing it changes nothing, and
  * a superset of the touched keys is as good as the set.  A transaction
- * that commits after T' but before L is decoded in this round although T'
- * does not see it; its keys are therefore carried into the next round,
- * whose T' sees it.  A transaction T' sees committed before L was read
+ * decoded in a round whose T' does not see it (it committed after T' but
+ * before L, or its commit waits for a synchronous standby) has its keys
+ * summed again in every later round until a T' sees it.  T itself is taken
+ * again while a transaction it does not see has already committed (such a
+ * commit may precede the slot's start, and would never be decoded).  A transaction T' sees committed before L was read
  * (its commit record is in the WAL before it becomes visible), and the
  * flush up to L lets decoding read it even after an asynchronous commit.
  *
@@ -48,6 +51,7 @@
  */
 #include "silo_cluster.h"
 
+#include "access/transam.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "catalog/pg_type.h"
@@ -61,6 +65,7 @@
 #include "utils/pg_lsn.h"
 #include "utils/snapmgr.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "utils/wait_event.h"
 
 /* the least time between two rounds while the pause has not ended */
@@ -80,19 +85,27 @@ typedef struct TailTable
 	int			nkeys;
 	int			keypos[TAIL_MAX_KEYS];	/* key columns among the published */
 	SPIPlanPtr	keysum;			/* the sums of the rows of a key set */
-	List	   *keys;			/* this round's (char **: nkeys values) */
+	List	   *keys;			/* this round's (TailKey *) */
 	List	   *carry;			/* this round's that T' does not see */
-	List	   *carried;		/* the last round's carry */
+	List	   *carried;		/* earlier rounds' that T' did not see yet */
 	int64		count;
 	SiloSetsum	sum;
 } TailTable;
+
+/* a changed row's key, and the transaction that changed it */
+typedef struct TailKey
+{
+	TransactionId xid;
+	char	   *v[FLEXIBLE_ARRAY_MEMBER];	/* nkeys values, as text */
+} TailKey;
 
 typedef struct Tail
 {
 	int			ntables;
 	TailTable  *tables;
 	Snapshot	next;			/* this round's T' */
-	bool		carry;			/* T' does not see the transaction being read */
+	TransactionId xid;			/* the transaction being read */
+	bool		carry;			/* T' does not see it */
 	MemoryContext round_cxt;	/* the last round's keys (the carried ones) */
 } Tail;
 
@@ -103,7 +116,11 @@ typedef struct Tail
 static uint64
 tail_spi(const char *sql, int expected)
 {
+	MemoryContext cxt = CurrentMemoryContext;
 	int			rc = SPI_execute(sql, false, 0);
+
+	/* SPI returns in its own context: allocate in the caller's again */
+	MemoryContextSwitchTo(cxt);
 
 	if (rc != expected)
 		elog(ERROR, "silo: \"%s\" failed: %s", sql, SPI_result_code_string(rc));
@@ -134,7 +151,7 @@ tail_tables(Tail *t, const char *filter)
 	n = tail_spi("SELECT c.oid, c.relname, silo.shard_columns(c.oid), k.positions, k.keycols, k.casts,"
 				 "       k.names, (SELECT pg_catalog.count(*) FROM pg_catalog.pg_attribute a"
 				 "                  WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped"
-				 "                    AND a.atttypid <> 'pg_catalog.tid'::pg_catalog.regtype)"
+				 "                    AND a.attgenerated = '' AND a.atttypid <> 'pg_catalog.tid'::pg_catalog.regtype)"
 				 "  FROM silo.shard_tables() s(t) JOIN pg_catalog.pg_class c ON c.oid = s.t"
 				 "  LEFT JOIN LATERAL ("
 				 "       SELECT pg_catalog.array_agg(p.pos ORDER BY a.attnum) AS positions,"
@@ -147,7 +164,7 @@ tail_tables(Tail *t, const char *filter)
 				 "         JOIN (SELECT a2.attnum, pg_catalog.row_number() OVER (ORDER BY a2.attnum) AS pos"
 				 "                 FROM pg_catalog.pg_attribute a2"
 				 "                WHERE a2.attrelid = c.oid AND a2.attnum > 0 AND NOT a2.attisdropped"
-				 "                  AND a2.atttypid <> 'pg_catalog.tid'::pg_catalog.regtype) p"
+				 "                  AND a2.attgenerated = '' AND a2.atttypid <> 'pg_catalog.tid'::pg_catalog.regtype) p"
 				 "           ON p.attnum = a.attnum"
 				 "        WHERE i.indrelid = c.oid"
 				 "          AND (i.indisreplident OR (c.relreplident = 'd' AND i.indisprimary))) k ON true"
@@ -210,6 +227,7 @@ tail_tables(Tail *t, const char *filter)
 static void
 tail_presum(Tail *t, const char *filter, Snapshot snapshot)
 {
+	MemoryContext cxt = CurrentMemoryContext;
 	int			i;
 
 	for (i = 0; i < t->ntables; i++)
@@ -225,6 +243,7 @@ tail_presum(Tail *t, const char *filter, Snapshot snapshot)
 		if (plan == NULL)
 			elog(ERROR, "silo: could not prepare \"%s\"", sql);
 		rc = SPI_execute_snapshot(plan, NULL, NULL, snapshot, InvalidSnapshot, true, false, 0);
+		MemoryContextSwitchTo(cxt);
 		if (rc != SPI_OK_SELECT || SPI_processed != 1)
 			elog(ERROR, "silo: \"%s\" failed: %s", sql, SPI_result_code_string(rc));
 		tt->count = strtoll(tail_value(0, 1), NULL, 10);
@@ -271,7 +290,7 @@ static void
 tail_tuple(Tail *t, TailTable *tt, const char *msg, int len, int *pos)
 {
 	int			ncols = (int) tail_int(msg, len, pos, 2);
-	char	  **key = palloc0(sizeof(char *) * tt->nkeys);
+	TailKey    *key = palloc0(offsetof(TailKey, v) + sizeof(char *) * tt->nkeys);
 	int			c;
 	int			k = 0;
 
@@ -289,18 +308,19 @@ tail_tuple(Tail *t, TailTable *tt, const char *msg, int len, int *pos)
 			const char *v = tail_read(msg, len, pos, vlen);
 
 			if (is_key)
-				key[k] = pnstrdup(v, vlen);
+				key->v[k] = pnstrdup(v, vlen);
 		}
 		else if (kind != 'n' && kind != 'u')
 			elog(ERROR, "silo: a decoded change has a column of kind '%c'", kind);
 		if (is_key)
 		{
-			if (key[k] == NULL)
+			if (key->v[k] == NULL)
 				elog(ERROR, "silo: a decoded change of %s has no value for a key column",
 					 tt->relname);
 			k++;
 		}
 	}
+	key->xid = t->xid;
 	tt->keys = lappend(tt->keys, key);
 	if (t->carry)
 		tt->carry = lappend(tt->carry, key);
@@ -323,7 +343,8 @@ tail_change(Tail *t, const char *msg, int len)
 	{
 		/* a transaction's begin: its xid, after two 8-byte fields */
 		pos = 17;
-		t->carry = XidInMVCCSnapshot((TransactionId) tail_int(msg, len, &pos, 4), t->next);
+		t->xid = (TransactionId) tail_int(msg, len, &pos, 4);
+		t->carry = XidInMVCCSnapshot(t->xid, t->next);
 		return;
 	}
 	if (len < 1 || (msg[0] != 'I' && msg[0] != 'U' && msg[0] != 'D'))
@@ -381,6 +402,7 @@ tail_decode(Tail *t, const char *slot, const char *pub, XLogRecPtr upto)
 static void
 tail_keysum(TailTable *tt, List *keys, Snapshot snapshot, int64 *count, SiloSetsum *sum)
 {
+	MemoryContext cxt = CurrentMemoryContext;
 	Datum		values[TAIL_MAX_KEYS];
 	int			k;
 	int			rc;
@@ -392,16 +414,32 @@ tail_keysum(TailTable *tt, List *keys, Snapshot snapshot, int64 *count, SiloSets
 		int			n = 0;
 
 		foreach(lc, keys)
-			elems[n++] = CStringGetTextDatum(((char **) lfirst(lc))[k]);
+			elems[n++] = CStringGetTextDatum(((TailKey *) lfirst(lc))->v[k]);
 		values[k] = PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
 	}
 	rc = SPI_execute_snapshot(tt->keysum, values, NULL, snapshot, InvalidSnapshot, true, false, 0);
+	MemoryContextSwitchTo(cxt);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "silo: the sum of changed rows of %s failed: %s", tt->relname,
 			 SPI_result_code_string(rc));
 	*count = strtoll(tail_value(0, 1), NULL, 10);
 	silo_setsum_from_text(cstring_to_text(tail_value(0, 2)), "setsum", sum);
 	SPI_freetuptable(SPI_tuptable);
+}
+
+/*
+ * tail_key_copy: a copy of key k of tt in the current memory context.
+ */
+static TailKey *
+tail_key_copy(TailTable *tt, const TailKey *k)
+{
+	TailKey    *c = palloc(offsetof(TailKey, v) + sizeof(char *) * tt->nkeys);
+	int			i;
+
+	c->xid = k->xid;
+	for (i = 0; i < tt->nkeys; i++)
+		c->v[i] = pstrdup(k->v[i]);
+	return c;
 }
 
 /*
@@ -461,8 +499,24 @@ tail_round(Tail *t, const char *slot, const char *pub, Snapshot *snapshot)
 			silo_setsum_subtract(&tt->sum, &old_sum);
 			silo_setsum_union(&tt->sum, &new_sum);
 		}
-		/* keys of transactions T' does not see: again next round */
-		tt->carried = tt->carry;
+		/*
+		 * keys of transactions T' does not see (a commit still waiting for a
+		 * synchronous standby, say): again in the rounds until one sees it;
+		 * the earlier rounds' are copied out of the context that goes
+		 */
+		{
+			List	   *still = tt->carry;
+			ListCell   *lc;
+
+			foreach(lc, tt->carried)
+			{
+				TailKey    *k = (TailKey *) lfirst(lc);
+
+				if (XidInMVCCSnapshot(k->xid, next))
+					still = lappend(still, tail_key_copy(tt, k));
+			}
+			tt->carried = still;
+		}
 		tt->carry = NIL;
 		tt->keys = NIL;
 		CHECK_FOR_INTERRUPTS();
@@ -507,6 +561,34 @@ tail_finish_lsn(int shard, int64 move, const char *finish_state)
 }
 
 /*
+ * tail_first_snapshot: T, registered, taken after the slot's creation.  A
+ * transaction whose commit is in the WAL before the slot's start is not
+ * decoded, so T must see it: one that T does not see although it has
+ * committed (its commit still waits for a synchronous standby, say) is
+ * waited for, and T taken again.
+ */
+static Snapshot
+tail_first_snapshot(void)
+{
+	for (;;)
+	{
+		Snapshot	s = RegisterSnapshot(GetLatestSnapshot());
+		bool		waited = false;
+		uint32		i;
+
+		for (i = 0; i < s->xcnt; i++)
+			if (TransactionIdDidCommit(s->xip[i]))
+			{
+				XactLockTableWait(s->xip[i], NULL, NULL, XLTW_None);
+				waited = true;
+			}
+		if (!waited)
+			return s;
+		UnregisterSnapshot(s);
+	}
+}
+
+/*
  * silo_cluster_tail_setsums: the header's steps for shard's move (its
  * hash range [lo, hi), hi_null: up to 2^63; its publication pub), until silo.shard_state says
  * finish_state with a final LSN or limit_ms pass.  The result is in
@@ -538,8 +620,21 @@ silo_cluster_tail_setsums(int shard, int64 move, int64 lo, bool hi_null, int64 h
 	tail_tables(&t, filter);
 	tail_spi(psprintf("SELECT pg_catalog.pg_create_logical_replication_slot(%s, 'pgoutput', true)",
 					  quote_literal_cstr(slot)), SPI_OK_SELECT);
-	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	snapshot = tail_first_snapshot();
 	tail_presum(&t, filter, snapshot);
+
+	/*
+	 * Rounds until one is quick: the first decodes all the WAL written
+	 * during the sum, which the pause must not wait for.
+	 */
+	for (i = 0; i < 50; i++)
+	{
+		uint64		r0 = silo_monotonic_us();
+
+		tail_round(&t, slot, pub, &snapshot);
+		if (silo_monotonic_us() - r0 < 3 * ROUND_MS * 1000)
+			break;
+	}
 	ereport(NOTICE,
 			(errmsg("silo: the rows of shard %d are summed up to the tail", shard)));
 

@@ -525,6 +525,8 @@ coord_move_source(CoordState *cs, int shard)
 			(void) coord_move_txn(cs, shard, MOVE_NONE, NULL, NULL, 0, NULL, 0, NULL);
 			break;
 		case MOVE_ABORTED:
+			if (run->tail_state != TAIL_NONE)
+				coord_tail_stop(cs, shard);
 			if (run->step != 99)
 			{
 				if (!src_cleanup(cs, shard, coord_owner_is_me(o)))

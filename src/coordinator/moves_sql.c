@@ -73,7 +73,7 @@ sql_quote(const char *v)
  * with the session's settings pinned, as application_name (also used by
  * the tail's session, move_tail.c).  client_connection_check_interval:
  * a statement still running when the coordinator has gone ends within a
- * second.
+ * second; client_min_messages: the tail's NOTICE must arrive.
  */
 char *
 coord_sql_conninfo(const char *application_name)
@@ -81,13 +81,16 @@ coord_sql_conninfo(const char *application_name)
 	const char *dirs = GetConfigOption("unix_socket_directories", false, false);
 	char	   *host = pstrdup(dirs && dirs[0] ? dirs : "localhost");
 	char	   *comma = strchr(host, ',');
-	char	   *user;
+	static char *user = NULL;	/* read once: it needs a transaction */
 
 	if (comma)
 		*comma = '\0';
-	StartTransactionCommand();
-	user = MemoryContextStrdup(TopMemoryContext, GetUserNameFromId(BOOTSTRAP_SUPERUSERID, false));
-	CommitTransactionCommand();
+	if (user == NULL)
+	{
+		StartTransactionCommand();
+		user = MemoryContextStrdup(TopMemoryContext, GetUserNameFromId(BOOTSTRAP_SUPERUSERID, false));
+		CommitTransactionCommand();
+	}
 	return psprintf("host=%s port=%d dbname=%s user=%s application_name=%s "
 					"connect_timeout=2 options='-c search_path=pg_catalog,pg_temp -c role=none "
 					"-c default_transaction_isolation=read\\\\ committed "
@@ -95,7 +98,7 @@ coord_sql_conninfo(const char *application_name)
 					"-c lock_timeout=0 -c idle_in_transaction_session_timeout=0 "
 					"-c idle_session_timeout=0 -c synchronous_commit=on "
 					"-c standard_conforming_strings=on -c session_replication_role=origin "
-					"-c client_connection_check_interval=1000'",
+					"-c client_connection_check_interval=1000 -c client_min_messages=notice'",
 					sql_quote(host), PostPortNumber,
 					sql_quote(GetConfigOption("silo.database", false, false)), sql_quote(user),
 					sql_quote(application_name));
