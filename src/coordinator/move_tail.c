@@ -125,6 +125,20 @@ coord_tail_start(CoordState *cs, int shard, const char *publication, const char 
 }
 
 /*
+ * coord_tail_fail: give the tail of shard's current move up before it
+ * started (logged): that side sums the whole shard in the pause.
+ */
+void
+coord_tail_fail(CoordState *cs, int shard, const char *why)
+{
+	CoordMoveRun *run = &cs->runs[shard];
+
+	coord_tail_stop(cs, shard);
+	run->tail_move_id = cs->moves[shard].create_revision;
+	tail_fail(run, shard, why);
+}
+
+/*
  * coord_tail_poll: read what the session sent, without blocking: the
  * NOTICE (TAIL_READY), the result (TAIL_DONE) or an error (TAIL_FAILED).
  * The source gives the sum up when it is not done within

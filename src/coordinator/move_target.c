@@ -257,13 +257,7 @@ tgt_tail_begin(CoordState *cs, int shard)
 		if (ok)
 			coord_tail_start(cs, shard, psprintf("silo_tail_%d", shard), "receiving");
 		else
-		{
-			ereport(LOG,
-					(errmsg("silo coordinator: shard %d: the pause sums the whole copy: %s", shard,
-							value ? value : "the publication failed")));
-			run->tail_move_id = m->create_revision;
-			run->tail_state = TAIL_FAILED;
-		}
+			coord_tail_fail(cs, shard, value ? value : "the tail's publication failed");
 		return;
 	}
 	if (coord_sql_pending(cs, shard))

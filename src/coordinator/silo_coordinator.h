@@ -353,6 +353,7 @@ extern char *coord_sql_conninfo(const char *application_name);
 extern void coord_tail_start(CoordState *cs, int shard, const char *publication,
 							 const char *finish_state);
 extern void coord_tail_poll(CoordState *cs, int shard);
+extern void coord_tail_fail(CoordState *cs, int shard, const char *why);
 extern void coord_tail_stop(CoordState *cs, int shard);
 extern void coord_sql_discard_unclaimed(CoordState *cs);
 
