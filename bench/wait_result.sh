@@ -42,7 +42,12 @@
 # script's own psql): a waiter is a backend.
 #
 # Environment: PGBIN, WR_WAITERS (1000), WR_JOBS (60000), WR_CLIENTS (4),
-# WR_BATCH (32), WR_REPEATS (5), KEEP=1 keeps the scratch directory.
+# WR_BATCH (32), WR_REPEATS (5), KEEP=1 keeps the scratch directory;
+# WR_HUGE_PAGES=on runs the cluster with huge_pages = on (reserve them
+# first: sysctl vm.nr_hugepages=N, N at least the cluster's
+# shared_memory_size_in_huge_pages, which the script prints; about 300 with
+# the defaults here); WR_PERF=DIR records each drain with "perf record -a
+# -g" into DIR/perf.MODE.ROUND.
 set -euo pipefail
 
 WAITERS=${WR_WAITERS:-1000}
@@ -287,7 +292,9 @@ cleanup_waiters()
 scratch_begin
 trap 'cleanup_waiters; scratch_cleanup' EXIT
 scratch_initdb data "max_connections = $((WAITERS + CLIENTS + 30))" "shared_buffers = 512MB" \
-	"max_wal_size = 4GB"
+	"max_wal_size = 4GB" "huge_pages = ${WR_HUGE_PAGES:-off}"
+echo "huge_pages = ${WR_HUGE_PAGES:-off}; the cluster's shared memory in huge pages:" \
+	"$(as_pg "$PGBIN/postgres" -D "$DIR/data" -C shared_memory_size_in_huge_pages)"
 scratch_start data
 psql_ -c "CREATE EXTENSION silo CASCADE" 2>/dev/null
 psql_ -c "CREATE UNLOGGED TABLE bench_woken (at timestamptz)"
@@ -328,7 +335,16 @@ for ((r = 1; r <= REPEATS; r++)); do
 		o0=$(cpu_ticks $others)
 		NCHILDREN=$(pgrep -c -P "$PID")
 		c0=$(cluster_ticks)
+		if [ -n "${WR_PERF:-}" ]; then
+			perf record -a -g -o "$WR_PERF/perf.$mode.$r" >/dev/null 2>&1 &
+			PERF_PID=$!
+			sleep 0.5
+		fi
 		s=$(drain "$g")
+		if [ -n "${WR_PERF:-}" ]; then
+			kill -INT "$PERF_PID"
+			wait "$PERF_PID" || true
+		fi
 		c1=$(cluster_ticks)
 		# shellcheck disable=SC2086
 		o1=$(cpu_ticks $others)

@@ -95,7 +95,7 @@ silo.etcd_endpoints = '$endpoints'
 silo.node_id = '$name'
 silo.cluster_prefix = '$P'
 silo.advertise_conninfo = '$node->{conninfo}'
-silo.lease_ttl_s = 3
+silo.lease_ttl_s = 10
 silo.initial_shard_count = 8
 silo.move_drain_timeout_ms = 2000
 silo.move_pause_limit_ms = 20000
@@ -245,7 +245,7 @@ is(scalar(keys %expected), 160, 'all 160 first jobs enqueued on their owners');
 my $w = start_process(
 	[
 		$worker, '--dsn', $n1->connstr('postgres'), '--worker-id', 'w22',
-		'--task-group', 'wc', '--concurrency', '8', '--poll-ms', '500', '--lease-ms', '3000',
+		'--task-group', 'wc', '--concurrency', '8', '--poll-ms', '500', '--lease-ms', '10000',
 		'--exec', 'read -r p; case "$p" in *slow*) sleep 1 ;; *) sleep 0.2 ;; esac'
 	],
 	stderr => $worker_err);
