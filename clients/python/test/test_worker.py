@@ -1,8 +1,10 @@
 """AsyncSiloWorker end to end against the throwaway cluster."""
 
 import asyncio
+import datetime
 import time
 import unittest
+import uuid
 
 from helpers import URL, ErrorSink, all_status, await_for, sql, unique, url_as, value
 from silo_client import (
@@ -52,6 +54,34 @@ class WorkerTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(sorted(seen), sorted(ids))
         self.assertEqual(w.stats.lost, 0)
         self.assertEqual(w.errors, [])
+
+    async def test_task_fields_as_leased(self):
+        # the lease comes as one JSON text (worker.SQL_LEASE): every field keeps its type
+        group = unique("fields")
+        payload = {"s": "zoë ✓", "n": 12345678901234567890, "f": 1.5, "l": [None, True], "o": {}}
+        seen = []
+
+        async def handler(task, ctx):
+            # the lease's end to the microsecond, as the server holds it while the task runs
+            seen.append((task, value("SELECT (extract(epoch FROM expires_at) * 1000000)::bigint"
+                                     " FROM silo.task_lease WHERE task_id = %s", (task.id,))))
+
+        jid = await self.client.enqueue(group, payload, priority=7, metadata={"k": "v"},
+                                        retry_policy=RetryPolicy(retry_count=1, initial_interval_ms=0))
+        before = time.time()
+        await self.start(task_group=group, handler=handler, lease_seconds=90)
+        await self.wait_status([jid], {"Succeeded"})
+        after = time.time()
+        t, server_us = seen[0]
+        self.assertEqual((t.tenant, t.job_id, t.attempt, t.relative_attempt, t.is_last_attempt, t.priority,
+                          t.task_group, t.payload, t.metadata, t.kind),
+                         ("-", jid, 1, 1, False, 7, group, payload, {"k": "v"}, "run"))
+        self.assertEqual(str(uuid.UUID(t.id)), t.id)
+        self.assertIsNotNone(t.lease_expires_at.tzinfo)
+        expires = t.lease_expires_at.timestamp()
+        self.assertTrue(before + 89 <= expires <= after + 91, f"lease ends {expires - before:.3f} s after the start")
+        epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+        self.assertEqual(t.lease_expires_at, epoch + datetime.timedelta(microseconds=server_us))
 
     async def test_task_carries_limits_and_retry_policy(self):
         group = unique("shape")
