@@ -43,7 +43,8 @@
 #
 # Environment: PGBIN, WR_WAITERS (1000), WR_JOBS (60000), WR_CLIENTS (4),
 # WR_BATCH (32), WR_REPEATS (5), KEEP=1 keeps the scratch directory;
-# WR_HUGE_PAGES=on runs the cluster with huge_pages = on (reserve them
+# WR_HUGE_PAGES=on runs the cluster with huge_pages = on (default off, not
+# PostgreSQL's 'try', which would use them wherever some are reserved; reserve them
 # first: sysctl vm.nr_hugepages=N, N at least the cluster's
 # shared_memory_size_in_huge_pages, which the script prints; about 300 with
 # the defaults here); WR_PERF=DIR records each drain with "perf record -a
@@ -56,6 +57,7 @@ CLIENTS=${WR_CLIENTS:-4}
 BATCH=${WR_BATCH:-32}
 REPEATS=${WR_REPEATS:-5}
 WAITER_PID=
+PERF_PID=
 
 # shellcheck source=bench/scratch.sh
 . "$(dirname "${BASH_SOURCE[0]}")/scratch.sh"
@@ -284,11 +286,13 @@ cleanup_waiters()
 {
 	local deadline=$((SECONDS + 60))
 	if [ -n "$WAITER_PID" ]; then kill "$WAITER_PID" 2>/dev/null || true; fi
+	if [ -n "$PERF_PID" ]; then kill -INT "$PERF_PID" 2>/dev/null || true; fi
 	if [ -n "$PID" ] && kill -INT "$PID" 2>/dev/null; then
 		while kill -0 "$PID" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
 	fi
 }
 
+if [ -n "${WR_PERF:-}" ]; then mkdir -p "$WR_PERF"; fi
 scratch_begin
 trap 'cleanup_waiters; scratch_cleanup' EXIT
 scratch_initdb data "max_connections = $((WAITERS + CLIENTS + 30))" "shared_buffers = 512MB" \
@@ -342,8 +346,9 @@ for ((r = 1; r <= REPEATS; r++)); do
 		fi
 		s=$(drain "$g")
 		if [ -n "${WR_PERF:-}" ]; then
-			kill -INT "$PERF_PID"
+			kill -INT "$PERF_PID" 2>/dev/null || echo "perf record ended early: see 'perf record -a true'" >&2
 			wait "$PERF_PID" || true
+			PERF_PID=
 		fi
 		c1=$(cluster_ticks)
 		# shellcheck disable=SC2086

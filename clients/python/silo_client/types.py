@@ -299,6 +299,7 @@ class Task:
     payload: Any
     metadata: Dict[str, str]
     lease_expires_at: _dt.datetime
+    """When the lease ends unless renewed (the server's time, in UTC)."""
     kind: str = "run"
     limits: List[Dict[str, Any]] = field(default_factory=list)
     """The job's limits in enqueue's JSON shape (normalized: every key given; [] for none). The task

@@ -65,11 +65,20 @@ LEASE_COLUMNS = ("task_id, kind, tenant, job_id, attempt, relative_attempt, is_l
 # microseconds since the epoch: exact, and read the same on every Python version.
 SQL_LEASE = (f"SELECT json_agg(l)::text AS tasks FROM (SELECT {LEASE_COLUMNS}"
              " FROM silo.lease(%s::text, %s::text, %s::int, %s::int, %s::text[])) AS l")
+# One text value holds at most 1 GB: a lease whose tasks add up to more (payloads of megabytes
+# times a large batch) fails with 54000, and the worker then reads its leases row by row.
+SQL_LEASE_ROWS = ("SELECT task_id::text, kind, tenant, job_id, attempt, relative_attempt, is_last_attempt,"
+                  " priority, task_group, payload, metadata, lease_expires_at, queue_key,"
+                  " current_max_concurrency, refresh_metadata, limits, retry_policy"
+                  " FROM silo.lease(%s::text, %s::text, %s::int, %s::int, %s::text[])")
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
 def _lease_rows(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The task rows of SQL_LEASE's one row (its tasks as JSON, NULL when it leased none)."""
+    """The task rows of SQL_LEASE's one row (its tasks as JSON, NULL when it leased none), or
+    SQL_LEASE_ROWS's rows as they are."""
+    if rows and "tasks" not in rows[0]:
+        return rows
     text = rows[0]["tasks"] if rows else None
     if text is None:
         return []
@@ -344,6 +353,7 @@ class AsyncSiloWorker:
         self._lease_task: Optional[asyncio.Task] = None
         self._hb_task: Optional[asyncio.Task] = None
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._lease_sql = SQL_LEASE
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._tenant_args = True
 
@@ -637,8 +647,17 @@ class AsyncSiloWorker:
             if self._slots is not None:
                 self._slots.used += want  # the shared budget: what the lease does not fill is given back
             try:
-                rows = _lease_rows(await self._q(SQL_LEASE, [self.worker_id, self.task_group, want,
-                                                             self.lease_ms, self.tenants]))
+                try:
+                    rows = _lease_rows(await self._q(self._lease_sql, [self.worker_id, self.task_group, want,
+                                                                       self.lease_ms, self.tenants]))
+                except SiloError as err:
+                    if err.code != "54000" or self._lease_sql is SQL_LEASE_ROWS:
+                        raise
+                    # the lease did not fit in one text value (and was rolled back): row by row from now on
+                    self._report(err, WorkerErrorContext("lease"))
+                    self._lease_sql = SQL_LEASE_ROWS
+                    rows = await self._q(SQL_LEASE_ROWS, [self.worker_id, self.task_group, want, self.lease_ms,
+                                                          self.tenants], prepare=False)
                 if failing:
                     failing = False
                     self._counters.reconnects += 1

@@ -12,6 +12,7 @@ from silo_client import (
     LeaseOwnerMismatchError,
     RetryPolicy, SiloConnectionError, TaskFailure, WorkerStoppingError,
 )
+from silo_client import worker as worker_module
 
 
 class WorkerTest(unittest.IsolatedAsyncioTestCase):
@@ -77,11 +78,38 @@ class WorkerTest(unittest.IsolatedAsyncioTestCase):
                           t.task_group, t.payload, t.metadata, t.kind),
                          ("-", jid, 1, 1, False, 7, group, payload, {"k": "v"}, "run"))
         self.assertEqual(str(uuid.UUID(t.id)), t.id)
+        self.assertEqual([type(v) for v in (t.id, t.attempt, t.relative_attempt, t.priority, t.is_last_attempt,
+                                            t.payload["n"], t.payload["f"])], [str, int, int, int, bool, int, float])
+        self.assertEqual((t.limits, t.retry_policy),
+                         ([], {"retryCount": 1, "initialIntervalMs": 0, "maxIntervalMs": 3600000, "backoffFactor": 2,
+                               "randomizeInterval": False}))
+        self.assertEqual(t.lease_expires_at.utcoffset(), datetime.timedelta(0))
         self.assertIsNotNone(t.lease_expires_at.tzinfo)
         expires = t.lease_expires_at.timestamp()
         self.assertTrue(before + 89 <= expires <= after + 91, f"lease ends {expires - before:.3f} s after the start")
         epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
         self.assertEqual(t.lease_expires_at, epoch + datetime.timedelta(microseconds=server_us))
+
+    async def test_lease_too_large_for_one_text_reads_rows(self):
+        # a lease over 1 GB of JSON fails with 54000 (as repeat's length check does here): the worker
+        # reports it once and leases row by row from then on
+        group = unique("rows")
+        seen = {}
+
+        async def handler(task, ctx):
+            seen[task.job_id] = (task.payload, task.lease_expires_at.tzinfo is not None)
+
+        ids = await self.client.enqueue_many([JobSpec(group, {"i": i}) for i in range(5)])
+        sink = ErrorSink()
+        w = AsyncSiloWorker(URL, task_group=group, handler=handler, on_error=sink)
+        w._lease_sql = ("SELECT repeat('x', 1073741824) AS tasks"
+                        " FROM (SELECT %s::text, %s::text, %s::int, %s::int, %s::text[]) AS p")
+        self.workers.append(w)
+        await w.start()
+        await self.wait_status(ids, {"Succeeded"})
+        self.assertIs(w._lease_sql, worker_module.SQL_LEASE_ROWS)
+        self.assertEqual([(e.code, c.phase) for e, c in sink.errors], [("54000", "lease")])
+        self.assertEqual(seen, {jid: ({"i": i}, True) for i, jid in enumerate(ids)})
 
     async def test_task_carries_limits_and_retry_policy(self):
         group = unique("shape")
