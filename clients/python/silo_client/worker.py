@@ -27,7 +27,6 @@ This mirrors clients/node/src/worker.ts; see its comments for the reasons.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import datetime as _dt
 import inspect
 import json
@@ -45,6 +44,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Set
 import psycopg
 
 from ._pool import AsyncPool
+from ._threads import HandlerThreads
 from .errors import (
     JobCancelledError, LeaseLostError, LeaseNotFoundError, LeaseOwnerMismatchError, NotOwnerError,
     SiloConnectionError, SiloError, UndefinedFunctionError, WorkerStoppingError, is_connection_error,
@@ -352,7 +352,7 @@ class AsyncSiloWorker:
         self._listener_task: Optional[asyncio.Task] = None
         self._lease_task: Optional[asyncio.Task] = None
         self._hb_task: Optional[asyncio.Task] = None
-        self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._threads: Optional[HandlerThreads] = None
         self._lease_sql = SQL_LEASE
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._tenant_args = True
@@ -436,8 +436,7 @@ class AsyncSiloWorker:
         self._idle.set()
         self._wake_ev = asyncio.Event()
         self._hb_wake = asyncio.Event()
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=self.concurrency,
-                                                               thread_name_prefix="silo-handler")
+        self._threads = HandlerThreads(self.concurrency)
         pool = AsyncPool(self.conninfo, self.pool_size, self.application_name, **self.connect_kwargs)
         self._pool = pool
         try:
@@ -451,7 +450,7 @@ class AsyncSiloWorker:
             self._stopping = True
             self._pool = None
             await pool.close(abort_busy=True)
-            self._executor.shutdown(wait=False)
+            self._threads.shutdown()
             e = to_silo_error(err)
             if e is err:
                 raise
@@ -790,8 +789,8 @@ class AsyncSiloWorker:
 
     async def _invoke(self, fn: Any, task: Any, ctx: TaskContext) -> Any:
         if ctx.signal.__class__ is threading.Event:
-            assert self._executor is not None and self._loop is not None
-            value = await self._loop.run_in_executor(self._executor, fn, task, ctx)
+            assert self._threads is not None and self._loop is not None
+            value = await self._threads.submit(self._loop, fn, task, ctx)
         else:
             value = fn(task, ctx)
         if inspect.isawaitable(value):
@@ -1253,16 +1252,16 @@ class AsyncSiloWorker:
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close(abort_busy=True)
-        if self._executor is not None:
+        if self._threads is not None:
             # a handler thread that ignores its signal is not waited for
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._threads.shutdown()
 
 
 class SiloWorker:
     """The synchronous worker: AsyncSiloWorker's engine on an event loop in a thread of its own.
 
-    Handlers are plain functions run in a thread pool of ``concurrency``
-    threads; ``ctx.signal`` is a threading.Event (``ctx.sleep(s)`` waits on
+    Handlers are plain functions run in handler threads (up to
+    ``concurrency``, started as handlers block: _threads.HandlerThreads); ``ctx.signal`` is a threading.Event (``ctx.sleep(s)`` waits on
     it).  Coroutine handlers work too (they run on the worker's loop).
     Options are AsyncSiloWorker's.  ``with SiloWorker(...) as w:`` starts
     and stops it; ``worker.run()`` blocks until Ctrl-C or SIGTERM, then

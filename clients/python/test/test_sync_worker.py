@@ -57,6 +57,17 @@ class SyncWorkerTest(unittest.TestCase):
         self.assertTrue(all(n.startswith("silo-handler") for n in threads))
         self.assertEqual((w.stats.succeeded, w.stats.failed), (20, 1))
 
+    def test_blocking_handlers_run_at_once(self):
+        # four handlers that can only return together: the worker must give each a thread
+        group = unique("syncblock")
+        barrier = threading.Barrier(4, timeout=10)
+        w = self.make(task_group=group, concurrency=4, handler=lambda task, ctx: barrier.wait())
+        ids = self.client.enqueue_many([JobSpec(group, i) for i in range(4)])
+        with w:
+            got = sorted(self.client.await_result(jid, timeout=15).result for jid in ids)
+        self.assertEqual(got, [0, 1, 2, 3])
+        self.assertEqual(w.stats.succeeded, 4)
+
     def test_cancel_sets_the_threading_event(self):
         group = unique("synccancel")
         started = threading.Event()
