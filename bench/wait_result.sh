@@ -21,6 +21,10 @@
 #   idle      the control: WR_WAITERS connections that are merely idle
 #             (pgbench sleeping client-side), so that what a waiter costs
 #             can be told from what a connection costs
+#   any       the same WR_WAITERS jobs awaited by WR_ANY_SESSIONS sessions,
+#             each asleep in one CALL silo.wait_any on its share of them
+#             (what a client library that gathers its callers' awaits
+#             does)
 #
 # The waiters are one pgbench run of WR_WAITERS clients, started before the
 # drain and ended after it by one transaction that cancels their jobs.  A
@@ -42,7 +46,8 @@
 # script's own psql): a waiter is a backend.
 #
 # Environment: PGBIN, WR_WAITERS (1000), WR_JOBS (60000), WR_CLIENTS (4),
-# WR_BATCH (32), WR_REPEATS (5), KEEP=1 keeps the scratch directory;
+# WR_BATCH (32), WR_REPEATS (5), WR_MODES ("without waiters idle any"),
+# WR_ANY_SESSIONS (4), KEEP=1 keeps the scratch directory;
 # WR_HUGE_PAGES=on runs the cluster with huge_pages = on (default off, not
 # PostgreSQL's 'try', which would use them wherever some are reserved; reserve them
 # first: sysctl vm.nr_hugepages=N, N at least the cluster's
@@ -56,6 +61,9 @@ JOBS=${WR_JOBS:-60000}
 CLIENTS=${WR_CLIENTS:-4}
 BATCH=${WR_BATCH:-32}
 REPEATS=${WR_REPEATS:-5}
+MODES=${WR_MODES:-without waiters idle any}
+ANY_SESSIONS=${WR_ANY_SESSIONS:-4}
+ANY_PIDS=()
 WAITER_PID=
 PERF_PID=
 
@@ -151,6 +159,54 @@ stop_waiters()
 		tr '|' ' ' >>"$DIR/wakes"
 }
 
+# start_any R: ANY_SESSIONS sessions, each asleep in one CALL
+# silo.wait_any on its share of the jobs idle-R-1 .. idle-R-n.
+start_any()
+{
+	local r=$1 s lo hi ids deadline
+	psql_ -c "TRUNCATE bench_woken"
+	for ((s = 0; s < ANY_SESSIONS; s++)); do
+		lo=$((s * WAITERS / ANY_SESSIONS + 1))
+		hi=$(((s + 1) * WAITERS / ANY_SESSIONS))
+		ids=$(seq -f "idle-$r-%.0f" "$lo" "$hi" | paste -sd,)
+		as_pg "$PGBIN/psql" -h "$DIR" -X -q -At -v ON_ERROR_STOP=1 postgres \
+			-c "SET synchronous_commit = off" \
+			-c "CALL silo.wait_any('{$ids}', '-', interval '1 hour')" \
+			-c "INSERT INTO bench_woken VALUES (clock_timestamp())" >>"$DIR/any.log" 2>&1 &
+		ANY_PIDS+=($!)
+	done
+	deadline=$((SECONDS + 300))
+	until [ "$(psql_ -c "SELECT count(*) FILTER (WHERE wait_event = 'Extension' AND backend_xmin IS NULL
+	                                                 AND backend_xid IS NULL)
+	                      FROM pg_stat_activity WHERE query LIKE 'CALL silo.wait_any%'")" = "$ANY_SESSIONS" ]; do
+		if ((SECONDS > deadline)); then
+			echo "the wait_any sessions did not fall asleep" >&2
+			cat "$DIR/any.log" >&2
+			exit 1
+		fi
+		sleep 0.2
+	done
+}
+
+# stop_any R: end the jobs in one transaction, as stop_waiters does.
+stop_any()
+{
+	local r=$1 t_end p
+	t_end=$(psql_ -c "SELECT count(silo.cancel(id)), clock_timestamp() FROM silo.jobs
+	                   WHERE tenant = '-' AND id LIKE 'idle-$r-%'" | cut -d'|' -f2)
+	for p in "${ANY_PIDS[@]}"; do
+		if ! wait "$p"; then
+			echo "a wait_any session failed:" >&2
+			cat "$DIR/any.log" >&2
+			exit 1
+		fi
+	done
+	ANY_PIDS=()
+	psql_ -c "SELECT extract(epoch FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY at) - '$t_end'),
+	                 extract(epoch FROM max(at) - '$t_end') FROM bench_woken" |
+		tr '|' ' ' >>"$DIR/wakes.any"
+}
+
 # start_idle / stop_idle: the control, WAITERS connections that are idle
 # (the client sleeps between two statements) during the drain.
 start_idle()
@@ -230,7 +286,8 @@ fresh_state()
 others_pids()
 {
 	psql_ -c "SELECT pid FROM pg_stat_activity
-	           WHERE query LIKE 'CALL silo.wait_result%' OR query LIKE 'SELECT 1%'"
+	           WHERE query LIKE 'CALL silo.wait_result%' OR query LIKE 'SELECT 1%'
+	              OR query LIKE 'CALL silo.wait_any%'"
 }
 
 # cpu_ticks PID...: the CPU clock ticks these processes used (user and
@@ -286,6 +343,7 @@ cleanup_waiters()
 {
 	local deadline=$((SECONDS + 60))
 	if [ -n "$WAITER_PID" ]; then kill "$WAITER_PID" 2>/dev/null || true; fi
+	for p in "${ANY_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
 	if [ -n "$PERF_PID" ]; then kill -INT "$PERF_PID" 2>/dev/null || true; fi
 	if [ -n "$PID" ] && kill -INT "$PID" 2>/dev/null; then
 		while kill -0 "$PID" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
@@ -304,23 +362,29 @@ psql_ -c "CREATE EXTENSION silo CASCADE" 2>/dev/null
 psql_ -c "CREATE UNLOGGED TABLE bench_woken (at timestamptz)"
 
 HZ=$(getconf CLK_TCK)
-echo "== burn-down: $JOBS jobs, $CLIENTS clients x batch $BATCH; $REPEATS rounds of three:" \
-	"without, with $WAITERS waiters asleep, with $WAITERS idle connections; each drain from" \
+echo "== burn-down: $JOBS jobs, $CLIENTS clients x batch $BATCH; $REPEATS rounds of: $MODES" \
+	"(waiters: $WAITERS sessions asleep in silo.wait_result; idle: $WAITERS idle connections;" \
+	"any: $WAITERS jobs awaited by $ANY_SESSIONS sessions in silo.wait_any); each drain from" \
 	"truncated queue tables"
 echo "load before: $(uptime)"
-: >"$DIR/rates.without"
-: >"$DIR/rates.waiters"
-: >"$DIR/rates.idle"
+read -r -a modes <<<"$MODES"
+for mode in "${modes[@]}"; do
+	case $mode in without | waiters | idle | any) : >"$DIR/rates.$mode" ;; *)
+		echo "WR_MODES: unknown mode $mode" >&2
+		exit 2
+		;;
+	esac
+done
 : >"$DIR/wakes"
+: >"$DIR/wakes.any"
 for ((r = 1; r <= REPEATS; r++)); do
 	# the order turns from round to round, so that whatever drifts
 	# (the machine's other load, the catalogs) is not pinned on one mode
-	case $((r % 3)) in
-		1) order="without waiters idle" ;;
-		2) order="waiters idle without" ;;
-		0) order="idle without waiters" ;;
-	esac
-	for mode in $order; do
+	order=()
+	for ((i = 0; i < ${#modes[@]}; i++)); do
+		order+=("${modes[$(((i + r - 1) % ${#modes[@]}))]}")
+	done
+	for mode in "${order[@]}"; do
 		g=burn_${mode}_$r
 		fresh_state "$r" "$g"
 		note=
@@ -331,6 +395,9 @@ for ((r = 1; r <= REPEATS; r++)); do
 			others=$(others_pids)
 		elif [ "$mode" = idle ]; then
 			start_idle
+			others=$(others_pids)
+		elif [ "$mode" = any ]; then
+			start_any "$r"
 			others=$(others_pids)
 		fi
 		# shellcheck disable=SC2086
@@ -361,6 +428,10 @@ for ((r = 1; r <= REPEATS; r++)); do
 			stop_waiters "$r"
 			read -r wmed wmax < <(tail -1 "$DIR/wakes")
 			note="$note; one commit ended their jobs: resumed after ${wmed} s (median), ${wmax} s (last)"
+		elif [ "$mode" = any ]; then
+			stop_any "$r"
+			read -r wmed wmax < <(tail -1 "$DIR/wakes.any")
+			note="one commit ended their jobs: resumed after ${wmed} s (median), ${wmax} s (last)"
 		fi
 		printf 'run %d %-8s %8.0f jobs/s  cluster CPU %6.2f s, of it the %d others %5.2f s  %s\n' \
 			"$r" "$mode" "$(tail -1 "$DIR/rates.$mode")" "$(echo "($c1 - $c0) / $HZ" | bc -l)" \
@@ -368,15 +439,23 @@ for ((r = 1; r <= REPEATS; r++)); do
 	done
 done
 echo "load after: $(uptime)"
-off=$(median <"$DIR/rates.without")
-on=$(median <"$DIR/rates.waiters")
-idle=$(median <"$DIR/rates.idle")
-for mode in without waiters idle; do
+for mode in "${modes[@]}"; do
 	printf '%-8s median %6.0f jobs/s, lowest %6.0f, highest %6.0f\n' "$mode" \
 		"$(median <"$DIR/rates.$mode")" "$(sort -g "$DIR/rates.$mode" | head -1)" \
 		"$(sort -g "$DIR/rates.$mode" | tail -1)"
 done
-printf 'median: without %.0f jobs/s; with %d waiters %.0f jobs/s, ratio %.3f; with %d idle connections %.0f jobs/s, ratio %.3f\n' \
-	"$off" "$WAITERS" "$on" "$(echo "$on / $off" | bc -l)" "$WAITERS" "$idle" "$(echo "$idle / $off" | bc -l)"
-printf 'one commit ending the jobs of %d waiters: they resumed after %.3f s (median), the last after %.3f s (medians of the runs)\n' \
-	"$WAITERS" "$(cut -d' ' -f1 "$DIR/wakes" | median)" "$(cut -d' ' -f2 "$DIR/wakes" | median)"
+if [ -s "$DIR/rates.without" ]; then
+	off=$(median <"$DIR/rates.without")
+	for mode in "${modes[@]}"; do
+		[ "$mode" = without ] && continue
+		printf 'ratio %-8s / without: %.3f\n' "$mode" "$(echo "$(median <"$DIR/rates.$mode") / $off" | bc -l)"
+	done
+fi
+if [ -s "$DIR/wakes" ]; then
+	printf 'one commit ending the jobs of %d wait_result waiters: they resumed after %.3f s (median), the last after %.3f s (medians of the runs)\n' \
+		"$WAITERS" "$(cut -d' ' -f1 "$DIR/wakes" | median)" "$(cut -d' ' -f2 "$DIR/wakes" | median)"
+fi
+if [ -s "$DIR/wakes.any" ]; then
+	printf 'one commit ending the %d jobs awaited in silo.wait_any: its %d sessions resumed after %.3f s (median), the last after %.3f s (medians of the runs)\n' \
+		"$WAITERS" "$ANY_SESSIONS" "$(cut -d' ' -f1 "$DIR/wakes.any" | median)" "$(cut -d' ' -f2 "$DIR/wakes.any" | median)"
+fi

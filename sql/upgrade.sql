@@ -7,7 +7,8 @@
 -- 1.2: complete_many, plans that need no statistics; 1.3: lease marks;
 -- 1.4: byte-order collation of text columns; 1.5: 0x03 as a table, HOT
 -- status changes; 1.6: a purge command immune to the database's search_path;
--- 1.7: tenancy, cluster mode, wait_result, schedules; 1.8: Silo's missing calls)
+-- 1.7: tenancy, cluster mode, wait_result, schedules; 1.8: Silo's missing calls;
+-- 1.9: wait_any)
 SELECT version, installed FROM pg_available_extension_versions
  WHERE name = 'silo' ORDER BY version;
 

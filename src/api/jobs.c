@@ -3,7 +3,8 @@
  * jobs.c
  *	  SQL entry points on a whole job: silo.cancel, silo.restart,
  *	  silo.expedite, silo.delete_job and silo.job_result
- *	  (core/jobops.c), and the procedure silo.wait_result (core/wait.c).
+ *	  (core/jobops.c), and the procedures silo.wait_result (core/wait.c)
+ *	  and silo.wait_any (core/wait_any.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -12,11 +13,13 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
 #include "nodes/parsenodes.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/syscache.h"
 
-/* the longest silo.wait_result waits in one call */
+/* the longest silo.wait_result or silo.wait_any waits in one call */
 #define WAIT_MAX_US		((int64) USECS_PER_DAY)
 
 PG_FUNCTION_INFO_V1(silo_cancel);
@@ -25,6 +28,7 @@ PG_FUNCTION_INFO_V1(silo_expedite);
 PG_FUNCTION_INFO_V1(silo_delete_job);
 PG_FUNCTION_INFO_V1(silo_job_result);
 PG_FUNCTION_INFO_V1(silo_wait_result);
+PG_FUNCTION_INFO_V1(silo_wait_any);
 
 /*
  * job_args: the job_id and tenant arguments (0 and 1) every job operation
@@ -118,7 +122,7 @@ silo_job_result(PG_FUNCTION_ARGS)
  * does.
  */
 static int64
-wait_timeout_arg(FunctionCallInfo fcinfo, int argno)
+wait_timeout_arg(FunctionCallInfo fcinfo, int argno, const char *fn)
 {
 	Interval   *span;
 	double		us;
@@ -134,7 +138,7 @@ wait_timeout_arg(FunctionCallInfo fcinfo, int argno)
 				 errdetail("The value given is %s.",
 						   DatumGetCString(DirectFunctionCall1(interval_out,
 															   IntervalPGetDatum(span)))),
-				 us > 0 ? errhint("Call silo.wait_result again to wait longer.") : 0));
+				 us > 0 ? errhint("Call %s again to wait longer.", fn) : 0));
 	return ((int64) us + 999) / 1000 * 1000;
 }
 
@@ -154,6 +158,24 @@ wait_owner(FunctionCallInfo fcinfo)
 	owner = ((Form_pg_proc) GETSTRUCT(tuple))->proowner;
 	ReleaseSysCache(tuple);
 	return owner;
+}
+
+/*
+ * wait_require_nonatomic: 25001 unless fn was CALLed where a procedure
+ * may commit (autocommit mode, not inside a transaction block, an
+ * exception block or a function).  Checked first: there, nothing else
+ * matters.
+ */
+static void
+wait_require_nonatomic(FunctionCallInfo fcinfo, const char *fn)
+{
+	if (fcinfo->context == NULL || !IsA(fcinfo->context, CallContext) ||
+		((CallContext *) fcinfo->context)->atomic || IsSubTransaction())
+		ereport(ERROR,
+				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+				 errmsg("%s cannot run inside a transaction block", fn),
+				 errdetail("It commits while it waits, so that it holds no snapshot; inside a transaction block, a subtransaction (an exception block), a function or a procedure that cannot commit, it could not."),
+				 errhint("CALL it on its own in autocommit mode.")));
 }
 
 /*
@@ -177,20 +199,98 @@ silo_wait_result(PG_FUNCTION_ARGS)
 
 	id = silo_text_arg(fcinfo, 0, "job_id", 1, SILO_MAX_ID_LEN);
 	tenant = silo_text_arg(fcinfo, 1, "tenant", 1, SILO_MAX_TENANT_LEN);
-	timeout_us = wait_timeout_arg(fcinfo, 2);
+	timeout_us = wait_timeout_arg(fcinfo, 2, "silo.wait_result");
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "silo: wait_result must return a record");
-	/* first: where it cannot commit, nothing else matters */
-	if (fcinfo->context == NULL || !IsA(fcinfo->context, CallContext) ||
-		((CallContext *) fcinfo->context)->atomic || IsSubTransaction())
-		ereport(ERROR,
-				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
-				 errmsg("silo.wait_result cannot run inside a transaction block"),
-				 errdetail("It commits while it waits, so that it holds no snapshot; inside a transaction block, a subtransaction (an exception block), a function or a procedure that cannot commit, it could not."),
-				 errhint("CALL it on its own in autocommit mode.")));
+	wait_require_nonatomic(fcinfo, "silo.wait_result");
 	silo_api_begin("silo.wait_result", 0);
-	silo_wait_require_read_committed();
+	silo_wait_require_read_committed("silo.wait_result");
 	silo_api_tenant(tenant);
 	silo_job_wait_result(tenant, id, timeout_us, wait_owner(fcinfo), values, nulls);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
+}
+
+/*
+ * wait_any_ids: silo.wait_any's job_ids (argument 0) as C strings: a
+ * one-dimensional array of 1 to silo.max_wait_any_jobs ids (at least one
+ * with no pool at all: the pool then refuses it), none NULL (22004), each
+ * of 1 to SILO_MAX_ID_LEN characters (22023).
+ */
+static char **
+wait_any_ids(FunctionCallInfo fcinfo, int *n)
+{
+	ArrayType  *arr;
+	Datum	   *elems;
+	bool	   *nulls;
+	char	  **ids;
+	int			i;
+
+	silo_require_arg(fcinfo, 0, "job_ids");
+	arr = PG_GETARG_ARRAYTYPE_P(0);
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("job_ids must be a one-dimensional array"),
+				 errdetail("The array given has %d dimensions.", ARR_NDIM(arr))));
+	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, n);
+	if (*n < 1 || *n > Max(silo_max_wait_any_jobs, 1))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("job_ids must hold between 1 and %d job ids", Max(silo_max_wait_any_jobs, 1)),
+				 errdetail("The array given holds %d.", *n),
+				 *n > 1 ? errhint("The most is silo.max_wait_any_jobs; await the rest in another call.") : 0));
+	ids = palloc(*n * sizeof(char *));
+	for (i = 0; i < *n; i++)
+	{
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("job_ids must not contain null"),
+					 errdetail("Element %d is null.", i + 1)));
+		ids[i] = TextDatumGetCString(elems[i]);
+		silo_check_length("a job id", ids[i], 1, SILO_MAX_ID_LEN);
+	}
+	return ids;
+}
+
+/*
+ * silo_wait_any: SQL entry point, the procedure silo.wait_any(job_ids,
+ * tenant, timeout, INOUT ended): wait until at least one of the jobs has
+ * ended (or is gone), then return in ended the ids of those found so, in
+ * the order given; an empty array at the timeout.  Called as
+ * silo.wait_result is (CALL in autocommit mode, 25001 otherwise).
+ */
+Datum
+silo_wait_any(PG_FUNCTION_ARGS)
+{
+	char	  **ids;
+	char	   *tenant;
+	int			n;
+	int64		timeout_us;
+	TupleDesc	tupdesc;
+	bool	   *ended;
+	Datum	   *out;
+	int			nout = 0;
+	int			i;
+	Datum		value;
+	bool		isnull = false;
+
+	wait_require_nonatomic(fcinfo, "silo.wait_any");
+	ids = wait_any_ids(fcinfo, &n);
+	tenant = silo_text_arg(fcinfo, 1, "tenant", 1, SILO_MAX_TENANT_LEN);
+	timeout_us = wait_timeout_arg(fcinfo, 2, "silo.wait_any");
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "silo: wait_any must return a record");
+	silo_api_begin("silo.wait_any", 0);
+	silo_wait_require_read_committed("silo.wait_any");
+	silo_api_tenant(tenant);
+
+	ended = palloc(n * sizeof(bool));
+	(void) silo_job_wait_any(tenant, ids, n, timeout_us, wait_owner(fcinfo), ended);
+	out = palloc(n * sizeof(Datum));
+	for (i = 0; i < n; i++)
+		if (ended[i])
+			out[nout++] = CStringGetTextDatum(ids[i]);
+	value = PointerGetDatum(construct_array(out, nout, TEXTOID, -1, false, TYPALIGN_INT));
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), &value, &isnull)));
 }

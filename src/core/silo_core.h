@@ -215,9 +215,23 @@ extern bool silo_job_look_result(const char *tenant, const char *id, MemoryConte
 								 Datum *values, bool *nulls);
 
 /* wait.c */
-extern void silo_wait_require_read_committed(void);
+typedef struct SiloWaitLook
+{
+	Oid			save_user;
+	int			save_sec;
+	int			nest;
+} SiloWaitLook;
+extern void silo_wait_require_read_committed(const char *fn);
+extern void silo_wait_look_enter(const char *fn, const char *tenant, Oid owner,
+								 SiloWaitLook *look);
+extern void silo_wait_look_leave(SiloWaitLook *look);
+extern void silo_wait_catch_up(void);
 extern void silo_job_wait_result(const char *tenant, const char *id, int64 timeout_us,
 								 Oid owner, Datum *values, bool *nulls);
+
+/* wait_any.c */
+extern int	silo_job_wait_any(const char *tenant, char **ids, int n, int64 timeout_us,
+							  Oid owner, bool *ended);
 
 /* maintenance.c */
 

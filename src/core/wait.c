@@ -52,20 +52,55 @@
 #define WAIT_FN "silo.wait_result"
 
 /*
- * silo_wait_require_read_committed: 25000 in a REPEATABLE READ or
+ * silo_wait_require_read_committed: 25000 from fn in a REPEATABLE READ or
  * SERIALIZABLE transaction, whose snapshot would never show the end of
  * the job.
  */
 void
-silo_wait_require_read_committed(void)
+silo_wait_require_read_committed(const char *fn)
 {
 	if (IsolationUsesXactSnapshot())
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
-				 errmsg("%s requires the READ COMMITTED isolation level", WAIT_FN),
+				 errmsg("%s requires the READ COMMITTED isolation level", fn),
 				 errdetail("Under %s its looks at the job would never see the commit that ends it.",
 						   IsolationIsSerializable() ? "SERIALIZABLE" : "REPEATABLE READ"),
 				 errhint("CALL it on its own in autocommit mode, with default_transaction_isolation at read committed.")));
+}
+
+/*
+ * silo_wait_look_enter: begin a look of fn (silo.wait_result,
+ * silo.wait_any) at jobs of tenant: a fresh snapshot, the rights of
+ * owner and search_path pinned to pg_catalog, pg_temp at a GUC nesting
+ * level of its own, as a SECURITY DEFINER body would have; then the
+ * checks a new transaction could change (see the header).
+ * silo_wait_look_leave undoes it all.
+ */
+void
+silo_wait_look_enter(const char *fn, const char *tenant, Oid owner, SiloWaitLook *look)
+{
+	silo_wait_require_read_committed(fn);
+	PushActiveSnapshot(GetTransactionSnapshot());
+	GetUserIdAndSecContext(&look->save_user, &look->save_sec);
+	look->nest = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	SetUserIdAndSecContext(owner, look->save_sec | SECURITY_LOCAL_USERID_CHANGE);
+
+	silo_schema_require_current(fn);
+	silo_tenancy_check(tenant);
+	silo_cluster_check_tenant(tenant);
+}
+
+/*
+ * silo_wait_look_leave: end the look silo_wait_look_enter began.
+ */
+void
+silo_wait_look_leave(SiloWaitLook *look)
+{
+	AtEOXact_GUC(true, look->nest);
+	SetUserIdAndSecContext(look->save_user, look->save_sec);
+	PopActiveSnapshot();
 }
 
 /*
@@ -76,28 +111,30 @@ static bool
 wait_look(const char *tenant, const char *id, Oid owner, MemoryContext cxt,
 		  Datum *values, bool *nulls)
 {
-	Oid			save_user;
-	int			save_sec;
-	int			nest;
+	SiloWaitLook look;
 	bool		ended;
 
-	silo_wait_require_read_committed();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	GetUserIdAndSecContext(&save_user, &save_sec);
-	nest = NewGUCNestLevel();
-	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	SetUserIdAndSecContext(owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
-
-	silo_schema_require_current(WAIT_FN);
-	silo_tenancy_check(tenant);
-	silo_cluster_check_tenant(tenant);
+	silo_wait_look_enter(WAIT_FN, tenant, owner, &look);
 	ended = silo_job_look_result(tenant, id, cxt, values, nulls);
-
-	AtEOXact_GUC(true, nest);
-	SetUserIdAndSecContext(save_user, save_sec);
-	PopActiveSnapshot();
+	silo_wait_look_leave(&look);
 	return ended;
+}
+
+/*
+ * silo_wait_catch_up: between sleeps, keep up with the shared
+ * invalidation queue, as an idle session does when asked to catch up: a
+ * waiter that lags holds the queue full, which makes every backend that
+ * queues an invalidation clean it up (a walk over every backend) and
+ * resets the laggard, whose caches then all rebuild when it wakes.
+ */
+void
+silo_wait_catch_up(void)
+{
+	if (catchupInterruptPending)
+	{
+		catchupInterruptPending = false;
+		AcceptInvalidationMessages();
+	}
 }
 
 /*
@@ -145,19 +182,7 @@ wait_sleep(const char *tenant, const char *id, instr_time start, int64 timeout_u
 						 (long) left_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
-
-		/*
-		 * Keep up with the shared invalidation queue, as an idle session
-		 * does when asked to catch up: a waiter that lags holds the queue
-		 * full, which makes every backend that queues an invalidation
-		 * clean it up (a walk over every backend) and resets the laggard,
-		 * whose caches then all rebuild when it wakes.
-		 */
-		if (catchupInterruptPending)
-		{
-			catchupInterruptPending = false;
-			AcceptInvalidationMessages();
-		}
+		silo_wait_catch_up();
 	}
 }
 

@@ -54,13 +54,18 @@ extern bool silo_notify_any_pending(void);
 extern long silo_notify_send_deferred(char (*sent)[SILO_NOTIFY_NAME_BYTES], int *nsent);
 extern void silo_notify_requeue(char (*sent)[SILO_NOTIFY_NAME_BYTES], int nsent);
 
-/* waiters.c: silo.wait_result's waiters and their wake-ups at commit */
+/* waiters.c: silo.wait_result's and silo.wait_any's waiters and their wake-ups at commit */
+extern int	silo_max_wait_any_jobs;	/* GUC silo.max_wait_any_jobs */
 extern void silo_wait_shmem_request(void);
 extern void silo_wait_shmem_startup(void);
 extern uint64 silo_wait_key(const char *tenant, int tenant_len, const char *id, int id_len);
 extern void silo_wait_register(uint64 key);
 extern void silo_wait_unregister(void);
 extern bool silo_wait_take_wake(void);
+extern void silo_wait_many_register(const uint64 *keys, int n);
+extern int	silo_wait_many_take(int *which);
+extern void silo_wait_many_relink(const int *which, int n);
+extern void silo_wait_many_end(void);
 extern void silo_wait_job_ended(const char *tenant, const char *id);
 extern void silo_wait_job_ended_text(Datum tenant, Datum id);
 extern void silo_wait_key_ended(uint64 key);

@@ -25,7 +25,13 @@
  * purge of old jobs) wake every waiter instead of each one's own.
  *
  * The table has one slot per backend (MaxBackends, indexed by BackendId;
- * a backend waits for one job at a time) and a power-of-two array of
+ * silo.wait_result waits for one job at a time), then a pool of
+ * silo.max_wait_any_jobs slots for silo.wait_any, which waits for many:
+ * a backend takes the slots it needs from the pool's free list (all or
+ * none, 53400 when too few are left) and gives them back when its call
+ * ends, commits or fails; a wake-up takes a pool slot out of the table as
+ * it does any other, but only its owner frees it, after reading its flag.
+ * Then a power-of-two array of
  * buckets, each the head of a chain of slots through next, under one
  * LWLock (tranche "silo wait").  A wake-up first walks one chain per key
  * with the lock shared; only when it found a waiter does it take the lock
@@ -74,9 +80,14 @@ typedef struct WaitShared
 {
 	LWLock	   *lock;
 	pg_atomic_uint32 nwaiting;	/* slots in use */
-	int			nslots;
+	int			nslots;			/* per-backend slots, then the pool */
 	int			nbuckets;		/* a power of two */
+	int			free_head;		/* the pool's free slots, chained through next */
+	int			nfree;
 } WaitShared;
+
+/* GUC silo.max_wait_any_jobs: the size of the pool */
+int			silo_max_wait_any_jobs = 16384;
 
 static WaitShared *wait_shared = NULL;
 static int *wait_buckets = NULL;
@@ -85,6 +96,11 @@ static WaitSlot *wait_slots = NULL;
 /* this backend's slot while it is registered, else -1 */
 static int	wait_my_slot = -1;
 static bool wait_exit_hooked = false;
+
+/* the pool slots this backend holds for silo.wait_any, by position */
+static int *wait_many_slots = NULL;
+static int	wait_many_n = 0;
+static int	wait_many_capacity = 0;
 
 /* the latches a wake-up sets after releasing the lock (nslots of them) */
 static Latch **wait_latches = NULL;
@@ -115,7 +131,7 @@ wait_sizes(int *nslots, int *nbuckets)
 {
 	int			n = 1;
 
-	*nslots = MaxBackends;
+	*nslots = MaxBackends + silo_max_wait_any_jobs;
 	while (n < 2 * MaxBackends)
 		n <<= 1;
 	*nbuckets = n;
@@ -167,14 +183,21 @@ silo_wait_shmem_startup(void)
 	pg_atomic_init_u32(&wait_shared->nwaiting, 0);
 	wait_shared->nslots = nslots;
 	wait_shared->nbuckets = nbuckets;
+	wait_shared->free_head = -1;
+	wait_shared->nfree = nslots - MaxBackends;
 	for (i = 0; i < nbuckets; i++)
 		wait_buckets[i] = -1;
-	for (i = 0; i < nslots; i++)
+	for (i = nslots - 1; i >= 0; i--)
 	{
 		wait_slots[i].used = false;
 		wait_slots[i].next = -1;
 		wait_slots[i].latch = NULL;
 		pg_atomic_init_u32(&wait_slots[i].woken, 0);
+		if (i >= MaxBackends)
+		{
+			wait_slots[i].next = wait_shared->free_head;
+			wait_shared->free_head = i;
+		}
 	}
 }
 
@@ -216,6 +239,42 @@ static void
 wait_at_exit(int code, Datum arg)
 {
 	silo_wait_unregister();
+	silo_wait_many_end();
+}
+
+/*
+ * wait_require_table: 55000 without silo's shared memory (not
+ * preloaded); the exit hook that frees this backend's slots, once.
+ */
+static void
+wait_require_table(const char *fn)
+{
+	if (wait_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s needs silo in shared_preload_libraries", fn)));
+	if (!wait_exit_hooked)
+	{
+		before_shmem_exit(wait_at_exit, (Datum) 0);
+		wait_exit_hooked = true;
+	}
+}
+
+/*
+ * wait_link: put slot s, woken flag cleared, into the chain of its key's
+ * bucket.  Caller holds the lock exclusively.
+ */
+static void
+wait_link(int s)
+{
+	int		   *head = &wait_buckets[wait_slots[s].key & (wait_shared->nbuckets - 1)];
+
+	wait_slots[s].latch = MyLatch;
+	pg_atomic_write_u32(&wait_slots[s].woken, 0);
+	wait_slots[s].next = *head;
+	*head = s;
+	wait_slots[s].used = true;
+	pg_atomic_fetch_add_u32(&wait_shared->nwaiting, 1);
 }
 
 /*
@@ -230,32 +289,17 @@ void
 silo_wait_register(uint64 key)
 {
 	int			i = MyBackendId - 1;
-	WaitSlot   *s;
 
-	if (wait_shared == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("silo.wait_result needs silo in shared_preload_libraries")));
-	if (i < 0 || i >= wait_shared->nslots)
+	wait_require_table("silo.wait_result");
+	if (i < 0 || i >= MaxBackends)
 		elog(ERROR, "silo: backend id %d has no wait slot", MyBackendId);
-	if (!wait_exit_hooked)
-	{
-		before_shmem_exit(wait_at_exit, (Datum) 0);
-		wait_exit_hooked = true;
-	}
 
-	s = &wait_slots[i];
 	LWLockAcquire(wait_shared->lock, LW_EXCLUSIVE);
 	/* our own registration, or one left by a backend that had this id */
-	if (s->used)
+	if (wait_slots[i].used)
 		wait_unlink(i);
-	s->key = key;
-	s->latch = MyLatch;
-	pg_atomic_write_u32(&s->woken, 0);
-	s->next = wait_buckets[key & (wait_shared->nbuckets - 1)];
-	wait_buckets[key & (wait_shared->nbuckets - 1)] = i;
-	s->used = true;
-	pg_atomic_fetch_add_u32(&wait_shared->nwaiting, 1);
+	wait_slots[i].key = key;
+	wait_link(i);
 	LWLockRelease(wait_shared->lock);
 	wait_my_slot = i;
 }
@@ -292,6 +336,121 @@ silo_wait_take_wake(void)
 		return false;
 	wait_my_slot = -1;
 	return true;
+}
+
+/*
+ * silo_wait_many_register: this backend waits for the jobs of keys[0..n)
+ * from now on (position i for keys[i]), on n slots of the pool, until
+ * silo_wait_many_end or the end of its transaction by an error; a wake-up
+ * takes a position out of the table (silo_wait_many_take says which).
+ * 53400 when the pool has fewer than n free slots; nothing is registered
+ * then.  Holdings left by an earlier call are given back first.
+ */
+void
+silo_wait_many_register(const uint64 *keys, int n)
+{
+	int			i;
+
+	wait_require_table("silo.wait_any");
+	silo_wait_many_end();
+	/* no allocation under the lock */
+	if (n > wait_many_capacity)
+	{
+		int		   *a = MemoryContextAlloc(TopMemoryContext, n * sizeof(int));
+
+		if (wait_many_slots != NULL)
+			pfree(wait_many_slots);
+		wait_many_slots = a;
+		wait_many_capacity = n;
+	}
+
+	LWLockAcquire(wait_shared->lock, LW_EXCLUSIVE);
+	if (wait_shared->nfree < n)
+	{
+		int			nfree = wait_shared->nfree;
+
+		LWLockRelease(wait_shared->lock);
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("too many jobs awaited at once"),
+				 errdetail("This call awaits %d jobs; %d of the %d places of silo.max_wait_any_jobs are free.",
+						   n, nfree, silo_max_wait_any_jobs),
+				 errhint("Await fewer jobs per call, or raise silo.max_wait_any_jobs (a restart).")));
+	}
+	for (i = 0; i < n; i++)
+	{
+		int			s = wait_shared->free_head;
+
+		wait_shared->free_head = wait_slots[s].next;
+		wait_slots[s].key = keys[i];
+		wait_link(s);
+		wait_many_slots[i] = s;
+	}
+	wait_shared->nfree -= n;
+	wait_many_n = n;
+	LWLockRelease(wait_shared->lock);
+}
+
+/*
+ * silo_wait_many_take: the positions a commit woke since the last call,
+ * into which[] (as many as were registered, at most); returns how many.
+ * A woken position is out of the table until silo_wait_many_relink.
+ */
+int
+silo_wait_many_take(int *which)
+{
+	int			i;
+	int			k = 0;
+
+	for (i = 0; i < wait_many_n; i++)
+		if (pg_atomic_read_u32(&wait_slots[wait_many_slots[i]].woken) != 0 &&
+			pg_atomic_exchange_u32(&wait_slots[wait_many_slots[i]].woken, 0) != 0)
+			which[k++] = i;
+	return k;
+}
+
+/*
+ * silo_wait_many_relink: wait again for positions which[0..n), woken
+ * before (a second job with the same key, or a look that found the job
+ * still pending).
+ */
+void
+silo_wait_many_relink(const int *which, int n)
+{
+	int			i;
+
+	LWLockAcquire(wait_shared->lock, LW_EXCLUSIVE);
+	for (i = 0; i < n; i++)
+		if (!wait_slots[wait_many_slots[which[i]]].used)
+			wait_link(wait_many_slots[which[i]]);
+	LWLockRelease(wait_shared->lock);
+}
+
+/*
+ * silo_wait_many_end: this backend waits for none of its jobs any more;
+ * its pool slots go back to the free list.
+ */
+void
+silo_wait_many_end(void)
+{
+	int			i;
+
+	if (wait_many_n == 0 || wait_shared == NULL)
+		return;
+	LWLockAcquire(wait_shared->lock, LW_EXCLUSIVE);
+	for (i = 0; i < wait_many_n; i++)
+	{
+		int			s = wait_many_slots[i];
+
+		if (wait_slots[s].used)
+			wait_unlink(s);
+		pg_atomic_write_u32(&wait_slots[s].woken, 0);
+		wait_slots[s].next = wait_shared->free_head;
+		wait_shared->free_head = s;
+	}
+	wait_shared->nfree += wait_many_n;
+	LWLockRelease(wait_shared->lock);
+	wait_many_n = 0;
 }
 
 /*
@@ -467,7 +626,8 @@ wait_wake(void)
  * silo_wait_xact_end: at the end of a top-level transaction, wake the
  * waiters of the jobs a committed one ended; forget the keys either way.
  * An abort (an error, a cancel, a timeout) also ends this backend's own
- * wait: silo.wait_result only leaves its transactions by committing them.
+ * waits: silo.wait_result and silo.wait_any only leave their
+ * transactions by committing them.
  */
 void
 silo_wait_xact_end(bool commit)
@@ -479,7 +639,10 @@ silo_wait_xact_end(bool commit)
 	wait_capacity = 0;
 	wait_all = false;
 	if (!commit)
+	{
 		silo_wait_unregister();
+		silo_wait_many_end();
+	}
 }
 
 /*

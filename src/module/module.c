@@ -125,6 +125,16 @@ silo_define_gucs(void)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("silo.max_wait_any_jobs",
+							"Jobs that silo.wait_any calls of all sessions may await at once.",
+							"Each takes 32 bytes of shared memory; silo.wait_result needs none of them.",
+							&silo_max_wait_any_jobs,
+							16384,
+							0, 1 << 20,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+
 	DefineCustomIntVariable("silo.clock_offset_ms",
 							"Test hook: shifts silo's clock by this many milliseconds.",
 							"Read by every SQL function and by the broker.",

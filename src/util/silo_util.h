@@ -20,7 +20,7 @@
 #include "silo_errcodes.h"
 
 /* The extension version this library implements (silo.control). */
-#define SILO_EXTENSION_VERSION	"1.8"
+#define SILO_EXTENSION_VERSION	"1.9"
 
 /* Bounds of the SQL API, documented in docs/api.md */
 #define SILO_MAX_TENANT_LEN		64
