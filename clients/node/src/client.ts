@@ -16,6 +16,7 @@ import type {
 import {
   Queryable, camelRow, cancelBackend, jsonParam, poolQuery, sleep,
 } from './util';
+import { AwaitMux } from './waiter';
 
 /** How SiloClient reaches the database. */
 export interface SiloClientOptions extends pg.PoolConfig {
@@ -37,6 +38,7 @@ export interface SiloClientOptions extends pg.PoolConfig {
 
 const WAIT_RESULT_SIGNATURE =
   'silo.wait_result(text,text,interval,text,jsonb,text,jsonb,timestamptz)';
+const WAIT_ANY_SIGNATURE = 'silo.wait_any(text[],text,interval,text[])';
 /** silo.wait_result waits at most a day per call. */
 const WAIT_RESULT_MAX_MS = 86_400_000;
 /** After an abort, how long the cancelled wait may take to come back before it is given up. */
@@ -118,6 +120,9 @@ export class SiloClient {
   private readonly ownsPool: boolean;
   private waitResultKnown: Promise<boolean> | undefined;
   private waitResultFalseUntil = 0;
+  private waitAnyKnown: Promise<boolean> | undefined;
+  private waitAnyFalseUntil = 0;
+  private mux: AwaitMux | undefined;
 
   constructor(options: SiloClientOptions | string = {}) {
     const opts: SiloClientOptions = typeof options === 'string' ? { connectionString: options } : options;
@@ -313,10 +318,40 @@ export class SiloClient {
   }
 
   /**
-   * Wait until the job has ended and return its outcome.  With silo's
-   * procedure silo.wait_result (1.7) the wait happens inside the server,
-   * woken by the commit that ends the job, holding one connection of the
-   * pool and no snapshot; without it, job_result is polled with a backoff
+   * Whether the installed silo has the procedure silo.wait_any (1.9); kept
+   * as hasWaitResult's answer is.
+   */
+  async hasWaitAny(): Promise<boolean> {
+    if (this.waitAnyKnown && this.waitAnyFalseUntil > 0 && Date.now() >= this.waitAnyFalseUntil) {
+      this.waitAnyKnown = undefined;
+      this.waitAnyFalseUntil = 0;
+    }
+    if (!this.waitAnyKnown) {
+      this.waitAnyKnown = this.query<{ ok: boolean }>(
+        'SELECT to_regprocedure($1) IS NOT NULL AS ok', [WAIT_ANY_SIGNATURE])
+        .then((rows) => {
+          const ok = rows[0].ok === true;
+          if (!ok) this.waitAnyFalseUntil = Date.now() + WAIT_RESULT_RECHECK_MS;
+          return ok;
+        })
+        .catch((err) => {
+          this.waitAnyKnown = undefined;
+          throw err;
+        });
+    }
+    return this.waitAnyKnown;
+  }
+
+  /**
+   * Wait until the job has ended and return its outcome.  With silo 1.9
+   * and a pool, the awaits of this client are gathered, per tenant, onto
+   * one connection asleep in CALL silo.wait_any (a thousand concurrent
+   * awaits hold one connection, not a thousand; an await added while it
+   * sleeps interrupts it with a cancel from another connection); a job
+   * that has ended returns at once, after one silo.job_result.  With silo
+   * 1.7-1.8, or on a client made with `db`, the wait happens in
+   * silo.wait_result, woken by the commit that ends the job, holding one
+   * connection of the pool and no snapshot; without either, job_result is polled with a backoff
    * (50 ms growing to maxPollIntervalMs).  Throws WaitTimeoutError after
    * timeoutMs (also when no connection of the pool came free in time),
    * NotFoundError for a job that does not exist, and the signal's reason
@@ -331,10 +366,31 @@ export class SiloClient {
     options.signal?.throwIfAborted();
     const deadline = Date.now() + timeoutMs;
     const tenant = tenantOf(options);
+    if (this.pool && await beforeDeadline(this.hasWaitAny(), deadline, options.signal, id, tenant)) {
+      return this.waitGathered<R>(id, tenant, deadline, options.signal);
+    }
     if (await beforeDeadline(this.hasWaitResult(), deadline, options.signal, id, tenant)) {
       return this.waitInServer<R>(id, tenant, deadline, options.signal);
     }
     return this.poll<R>(id, tenant, deadline, options);
+  }
+
+  /** awaitResult on silo.wait_any: see AwaitMux (waiter.ts). */
+  private async waitGathered<R>(
+    id: string, tenant: string, deadline: number, signal: AbortSignal | undefined,
+  ): Promise<JobResult<R>> {
+    if (!this.mux) this.mux = new AwaitMux(this.pool as pg.Pool);
+    for (;;) {
+      try {
+        return await beforeDeadline(this.getJobResult<R>(id, { tenant }), deadline, signal, id, tenant);
+      } catch (err) {
+        if (!(err instanceof NotTerminalError)) throw err;
+      }
+      /* ended or gone by silo.wait_any's look: job_result says which (a restarted job waits again) */
+      await this.mux.until(id, tenant, deadline, signal, () => new WaitTimeoutError(
+        'job did not end within the timeout',
+        { code: 'SL011', detail: `Job "${id}" of tenant "${tenant}" was still pending.` }));
+    }
   }
 
   private async waitInServer<R>(

@@ -11,7 +11,7 @@ import {
   PermissionDeniedError, PrerequisiteError, ShardUnavailableError, SiloClient, SiloError,
   TransactionStateError, WaitTimeoutError, WrongTaskKindError, toSiloError,
 } from '../dist/index.js';
-import { URL, admin, jobStatus, sleep, sql, unique, urlAs, value } from './helpers.mjs';
+import { URL, admin, jobStatus, sleep, sql, unique, urlAs, value, waitFor } from './helpers.mjs';
 
 let client;
 
@@ -353,9 +353,10 @@ describe('awaitResult', () => {
     const started = Date.now();
     await assert.rejects(client.awaitResult(id, { timeoutMs: 20_000, signal: ac.signal }), (e) => e === reason);
     assert.ok(Date.now() - started < 5000);
-    const waiting = await value(
-      "SELECT count(*)::int FROM pg_stat_activity WHERE query LIKE 'CALL silo.wait_result%' AND state = 'active'");
-    assert.equal(waiting, 0);
+    // the call that slept for it is cancelled, and its connection goes back to the pool
+    await waitFor(async () => (await value(
+      "SELECT count(*)::int FROM pg_stat_activity WHERE query LIKE 'CALL silo.wait_%' AND state = 'active'")) === 0,
+    { message: 'no session asleep in silo.wait_any or silo.wait_result' });
   });
 
   test('no free connection in the pool: the timeout and the signal still end the wait', async () => {
@@ -419,10 +420,28 @@ describe('awaitResult', () => {
     }
   });
 
+  test('without silo.wait_any it waits in silo.wait_result, a connection per await', async () => {
+    const group = unique('await');
+    const c = new SiloClient(URL);
+    c.hasWaitAny = async () => false;
+    try {
+      const ids = await c.enqueueMany([{ taskGroup: group }, { taskGroup: group }]);
+      const waiting = ids.map((id) => c.awaitResult(id, { timeoutMs: 10_000 }));
+      await waitFor(async () => (await value(
+        "SELECT count(*)::int FROM pg_stat_activity WHERE query LIKE 'CALL silo.wait_result%' AND state = 'active'"
+        + " AND wait_event = 'Extension'")) === 2, { message: 'two sessions asleep in silo.wait_result' });
+      for (const id of ids) await c.cancel(id);
+      assert.deepEqual((await Promise.all(waiting)).map((r) => r.status), ['Cancelled', 'Cancelled']);
+    } finally {
+      await c.close();
+    }
+  });
+
   test('without silo.wait_result it polls job_result', async () => {
     const group = unique('poll');
     const c = new SiloClient(URL);
     c.hasWaitResult = async () => false;
+    c.hasWaitAny = async () => false;
     try {
       const id = await c.enqueue(group);
       const ender = sleep(200).then(async () => {
@@ -434,6 +453,116 @@ describe('awaitResult', () => {
       assert.equal(r.errorCode, 'E1');
       const pending = await c.enqueue(group, {}, { startAt: new Date(Date.now() + 3_600_000) });
       await assert.rejects(c.awaitResult(pending, { timeoutMs: 150 }), WaitTimeoutError);
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+describe('awaitResult gathered on silo.wait_any', () => {
+  const asleep = () => value("SELECT count(*)::int FROM pg_stat_activity WHERE query LIKE 'CALL silo.wait_any%'"
+    + " AND state = 'active' AND wait_event = 'Extension'");
+
+  test('silo.wait_any is installed', async () => {
+    assert.equal(await client.hasWaitAny(), true);
+  });
+
+  test('300 awaits on a pool of 3 sleep on one connection and each gets its own outcome', async () => {
+    const group = unique('many');
+    const pool = new pg.Pool({ connectionString: URL, max: 3 });
+    const c = new SiloClient({ pool });
+    try {
+      const ids = await c.enqueueMany(Array.from({ length: 300 }, (_, i) => ({ taskGroup: group, payload: i })));
+      const waiting = ids.map((id) => c.awaitResult(id, { timeoutMs: 30_000 }));
+      await waitFor(async () => (await asleep()) === 1, { message: 'one session asleep in silo.wait_any' });
+      assert.equal(await value(
+        "SELECT count(*)::int FROM pg_stat_activity WHERE query LIKE 'CALL silo.wait_%' AND state = 'active'"), 1);
+      // end them in three ways, a transaction per 10 jobs
+      const tasks = await sql('SELECT task_id, job_id FROM silo.lease($1, $2, 300)', ['w', group]);
+      const byJob = new Map(tasks.map((t) => [t.job_id, t.task_id]));
+      for (let i = 0; i < 300; i += 10) {
+        const stmts = ids.slice(i, i + 10).map((id, k) => {
+          const j = i + k;
+          if (j % 3 === 0) return `SELECT silo.complete('${byJob.get(id)}', 'w', '${j}')`;
+          if (j % 3 === 1) return `SELECT silo.fail('${byJob.get(id)}', 'w', 'E${j}')`;
+          // a cancel flags a running job; the worker's ack ends it
+          return `SELECT silo.cancel('${id}'); PERFORM silo.ack_cancel('${byJob.get(id)}', 'w')`;
+        });
+        await sql(`DO $$ BEGIN ${stmts.map((q) => `PERFORM ${q.slice(7)};`).join(' ')} END $$`);
+      }
+      const got = await Promise.all(waiting);
+      const wrong = got.map((r, j) => {
+        const want = j % 3 === 0 ? ['Succeeded', j, null] : j % 3 === 1 ? ['Failed', null, `E${j}`] : ['Cancelled', null];
+        const have = j % 3 === 2 ? [r.status, r.result] : [r.status, r.result, r.errorCode];
+        return JSON.stringify(have) === JSON.stringify(want) ? null : `${ids[j]}: ${JSON.stringify(have)}`;
+      }).filter((x) => x);
+      assert.deepEqual(wrong, []);
+      // nothing left to wait for: the connection went back to the pool
+      await waitFor(async () => (await asleep()) === 0, { message: 'the wait_any session ended' });
+    } finally {
+      await c.close();
+    }
+  });
+
+  test('an await added while the call sleeps is heard at once; the others sleep on', async () => {
+    const group = unique('late');
+    const c = new SiloClient(URL);
+    try {
+      const [a, b] = await c.enqueueMany([{ taskGroup: group }, { taskGroup: group }]);
+      const waitA = c.awaitResult(a, { timeoutMs: 30_000 });
+      await waitFor(async () => (await asleep()) === 1, { message: 'asleep on a' });
+      const waitB = c.awaitResult(b, { timeoutMs: 30_000 });
+      await sleep(100); // b's await interrupts the sleeping call and joins the next one
+      const t0 = Date.now();
+      await c.cancel(b);
+      assert.equal((await waitB).status, 'Cancelled');
+      assert.ok(Date.now() - t0 < 3000, `b's end was heard after ${Date.now() - t0} ms`);
+      let aDone = false;
+      waitA.then(() => { aDone = true; }, () => { aDone = true; });
+      await waitFor(async () => (await asleep()) === 1, { message: 'still asleep on a' });
+      assert.equal(aDone, false);
+      await c.cancel(a);
+      assert.equal((await waitA).status, 'Cancelled');
+    } finally {
+      await c.close();
+    }
+  });
+
+  test('each await has its own timeout and signal; a missing job raises NotFoundError', async () => {
+    const group = unique('own');
+    const c = new SiloClient(URL);
+    try {
+      const [a, b, d] = await c.enqueueMany([{ taskGroup: group }, { taskGroup: group }, { taskGroup: group }]);
+      const ac = new AbortController();
+      const reason = new Error('enough');
+      const waitA = c.awaitResult(a, { timeoutMs: 300 });
+      const waitB = c.awaitResult(b, { timeoutMs: 30_000, signal: ac.signal });
+      const waitD = c.awaitResult(d, { timeoutMs: 30_000 });
+      await assert.rejects(waitA, (e) => e instanceof WaitTimeoutError && e.code === 'SL011');
+      ac.abort(reason);
+      await assert.rejects(waitB, (e) => e === reason);
+      await assert.rejects(c.awaitResult(unique('missing'), { timeoutMs: 5000 }), NotFoundError);
+      await c.cancel(d);
+      assert.equal((await waitD).status, 'Cancelled');
+      assert.equal(await jobStatus(a), 'Waiting', 'a timed-out await leaves its job alone');
+    } finally {
+      await c.close();
+    }
+  });
+
+  test('tenants: one sleeping call per tenant; a refused tenant fails its awaits only', async () => {
+    const group = unique('tenants');
+    const c = new SiloClient(URL);
+    try {
+      const x = await c.enqueue(group, {}, { tenant: 'tx' });
+      const y = await c.enqueue(group, {}, { tenant: 'ty' });
+      const wx = c.awaitResult(x, { tenant: 'tx', timeoutMs: 30_000 });
+      const wy = c.awaitResult(y, { tenant: 'ty', timeoutMs: 30_000 });
+      await waitFor(async () => (await asleep()) === 2, { message: 'two sessions asleep, one per tenant' });
+      await c.cancel(y, { tenant: 'ty' });
+      assert.equal((await wy).status, 'Cancelled');
+      await c.cancel(x, { tenant: 'tx' });
+      assert.equal((await wx).status, 'Cancelled');
     } finally {
       await c.close();
     }
