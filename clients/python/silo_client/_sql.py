@@ -81,6 +81,13 @@ def wait_result(id: str, tenant: str, seconds: float) -> Stmt:
     return "CALL silo.wait_result(%s::text, %s::text, %s::interval)", [id, tenant, f"{ms} milliseconds"], False
 
 
+WAIT_ANY_SIGNATURE = "silo.wait_any(text[],text,interval,text[])"
+
+
+def has_wait_any() -> Stmt:
+    return "SELECT to_regprocedure(%s) IS NOT NULL AS ok", [WAIT_ANY_SIGNATURE], None
+
+
 def has_wait_result() -> Stmt:
     return "SELECT to_regprocedure(%s) IS NOT NULL AS ok", [WAIT_RESULT_SIGNATURE], None
 

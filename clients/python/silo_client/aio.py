@@ -18,6 +18,7 @@ from . import _sql
 from ._pool import AsyncPool
 from .client import WAIT_RESULT_RECHECK_S
 from .errors import NotTerminalError, WaitTimeoutError, to_silo_error
+from ._waiter import TaskMux
 from .types import UNSET, ImportResult, Job, JobResult, JobSpec, Limit, RetryPolicy
 from .worker import AsyncSiloWorker
 
@@ -36,6 +37,9 @@ class AsyncSiloClient:
         self._pool = None if conn is not None else AsyncPool(conninfo, max_connections, application_name, **kwargs)
         self._wait_result_known: Optional[bool] = None
         self._wait_result_recheck = 0.0
+        self._wait_any_known: Optional[bool] = None
+        self._wait_any_recheck = 0.0
+        self._mux: Optional[TaskMux] = None
 
     def with_connection(self, conn: psycopg.AsyncConnection) -> "AsyncSiloClient":
         """A client that runs its calls on conn (e.g. inside your transaction)."""
@@ -129,16 +133,29 @@ class AsyncSiloClient:
             self._wait_result_recheck = now + WAIT_RESULT_RECHECK_S
         return self._wait_result_known
 
+    async def has_wait_any(self) -> bool:
+        now = time.monotonic()
+        if self._wait_any_known is None or (not self._wait_any_known and now >= self._wait_any_recheck):
+            ok = bool((await self._query(_sql.has_wait_any()))[0]["ok"])
+            self._wait_any_known = ok
+            self._wait_any_recheck = now + WAIT_RESULT_RECHECK_S
+        return self._wait_any_known
+
     async def await_result(self, id: str, *, tenant: str = "-", timeout: float = 30.0,
                            max_poll_interval: float = 1.0) -> JobResult:
-        """Wait until the job has ended (CALL silo.wait_result) and return its outcome.
+        """Wait until the job has ended and return its outcome.
 
-        As SiloClient.await_result.  Cancelling the awaiting task (or
-        asyncio.wait_for around it) cancels the wait in the server too, and
-        the connection it used is dropped.
+        As SiloClient.await_result: with silo 1.9 and the client's own
+        pool, the awaits of all tasks are gathered per tenant onto one
+        connection asleep in CALL silo.wait_any; else CALL silo.wait_result
+        on a connection of the pool.  Cancelling the awaiting task (or
+        asyncio.wait_for around it) ends its wait (a wait_result in the
+        server is cancelled and its connection dropped).
         """
         _sql.check_timeout(timeout)
         deadline = time.monotonic() + timeout
+        if self._pool is not None and await self.has_wait_any():
+            return await self._await_gathered(id, tenant, deadline)
         if not await self.has_wait_result():
             return await self._poll(id, tenant, deadline, max_poll_interval)
         while True:
@@ -150,6 +167,20 @@ class AsyncSiloClient:
                 if deadline - time.monotonic() > 0.001:
                     continue
                 raise
+
+    async def _await_gathered(self, id: str, tenant: str, deadline: float) -> JobResult:
+        """await_result on silo.wait_any (see _waiter.py)."""
+        if self._mux is None:
+            assert self._pool is not None
+            self._mux = TaskMux(self._pool.connect)
+        while True:
+            try:
+                return JobResult.from_row((await self._query(_sql.job_result(id, tenant), deadline))[0])
+            except NotTerminalError:
+                pass
+            if not await self._mux.until(id, tenant, deadline):
+                raise WaitTimeoutError("job did not end within the timeout", code="SL011",
+                                       detail=f'Job "{id}" of tenant "{tenant}" was still pending.')
 
     async def _poll(self, id: str, tenant: str, deadline: float, max_pause: float) -> JobResult:
         pause = 0.05

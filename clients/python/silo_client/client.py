@@ -17,6 +17,7 @@ from psycopg.rows import dict_row
 from . import _sql
 from ._pool import Pool
 from .errors import NotTerminalError, WaitTimeoutError, to_silo_error
+from ._waiter import ThreadMux
 from .types import UNSET, ImportResult, Job, JobResult, JobSpec, Limit, RetryPolicy
 
 #: How long has_wait_result() trusts a "no" (silo may be updated meanwhile).
@@ -40,6 +41,9 @@ class SiloClient:
         self._pool = None if conn is not None else Pool(conninfo, max_connections, application_name, **kwargs)
         self._wait_result_known: Optional[bool] = None
         self._wait_result_recheck = 0.0
+        self._wait_any_known: Optional[bool] = None
+        self._wait_any_recheck = 0.0
+        self._mux: Optional[ThreadMux] = None
 
     def with_connection(self, conn: psycopg.Connection) -> "SiloClient":
         """A client that runs its calls on conn (e.g. inside your transaction)."""
@@ -151,19 +155,36 @@ class SiloClient:
             self._wait_result_recheck = now + WAIT_RESULT_RECHECK_S
         return self._wait_result_known
 
+    def has_wait_any(self) -> bool:
+        """Whether the installed silo has CALL silo.wait_any (1.9); a no is asked again after a minute."""
+        now = time.monotonic()
+        if self._wait_any_known is None or (not self._wait_any_known and now >= self._wait_any_recheck):
+            ok = bool(self._query(_sql.has_wait_any())[0]["ok"])
+            self._wait_any_known = ok
+            self._wait_any_recheck = now + WAIT_RESULT_RECHECK_S
+        return self._wait_any_known
+
     def await_result(self, id: str, *, tenant: str = "-", timeout: float = 30.0,
                      max_poll_interval: float = 1.0) -> JobResult:
         """Wait until the job has ended and return its outcome.
 
-        Waits inside the server with ``CALL silo.wait_result`` (autocommit,
-        on a connection of the pool), woken by the commit that ends the job.
-        WaitTimeoutError after ``timeout`` seconds (also when no connection
-        of the pool came free in time), NotFoundError for a missing job.
-        Ctrl-C cancels the wait in the server.  Without silo.wait_result
-        (silo before 1.7) it polls silo.job_result.
+        With silo 1.9 and the client's own pool, the awaits of all threads
+        are gathered, per tenant, onto one connection (of its own, outside
+        the pool) asleep in ``CALL silo.wait_any``: a thousand threads
+        awaiting hold one connection, not a thousand; a job that has ended
+        returns after one silo.job_result.  With silo 1.7-1.8, or on a
+        client made with ``conn=``, it waits inside the server with ``CALL
+        silo.wait_result`` on a connection of the pool, woken by the commit
+        that ends the job.  WaitTimeoutError after ``timeout`` seconds
+        (also when no connection of the pool came free in time),
+        NotFoundError for a missing job.  Ctrl-C cancels the wait in the
+        server.  Without either procedure (silo before 1.7) it polls
+        silo.job_result.
         """
         _sql.check_timeout(timeout)
         deadline = time.monotonic() + timeout
+        if self._pool is not None and self.has_wait_any():
+            return self._await_gathered(id, tenant, deadline)
         if not self.has_wait_result():
             return self._poll(id, tenant, deadline, max_poll_interval)
         while True:
@@ -175,6 +196,21 @@ class SiloClient:
                 if deadline - time.monotonic() > 0.001:
                     continue  # a wait longer than a day: go on
                 raise
+
+    def _await_gathered(self, id: str, tenant: str, deadline: float) -> JobResult:
+        """await_result on silo.wait_any (see _waiter.py)."""
+        if self._mux is None:
+            assert self._pool is not None
+            self._mux = ThreadMux(self._pool.connect)
+        while True:
+            try:
+                return JobResult.from_row(self._query(_sql.job_result(id, tenant), deadline)[0])
+            except NotTerminalError:
+                pass
+            # ended or gone as silo.wait_any saw it: job_result says which (a restarted job waits again)
+            if not self._mux.until(id, tenant, deadline):
+                raise WaitTimeoutError("job did not end within the timeout", code="SL011",
+                                       detail=f'Job "{id}" of tenant "{tenant}" was still pending.')
 
     def _poll(self, id: str, tenant: str, deadline: float, max_pause: float) -> JobResult:
         pause = 0.05

@@ -20,7 +20,7 @@ def lease_one(group, worker="w-test"):
 
 def waiting_in_server():
     return value("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'Extension'"
-                 " AND query LIKE 'CALL silo.wait_result%%'")
+                 " AND query LIKE 'CALL silo.wait_%%'")
 
 
 class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
@@ -95,6 +95,27 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         await await_for(lambda: waiting_in_server() <= before, message="the server wait ended")
         # the client still works
         self.assertEqual((await c.get_job(jid)).status, "Waiting")
+
+    async def test_awaits_of_many_tasks_share_one_wait_any(self):
+        c = self.client
+        group = unique("aiomany")
+        self.assertTrue(await c.has_wait_any())
+        ids = await c.enqueue_many([JobSpec(group, i) for i in range(100)])
+        waits = [asyncio.ensure_future(c.await_result(j, timeout=30)) for j in ids]
+        await await_for(lambda: waiting_in_server() == 1, message="one session asleep")
+        late = await c.enqueue(group, "late")
+        late_wait = asyncio.ensure_future(c.await_result(late, timeout=30))
+        await asyncio.sleep(0.2)
+        await c.cancel(late)
+        self.assertEqual((await asyncio.wait_for(late_wait, 3)).status, "Cancelled")
+        self.assertFalse(any(w.done() for w in waits))
+        for k, jid in enumerate(ids):
+            await c.cancel(jid) if k % 2 else sql("SELECT silo.complete(%s::uuid, 'w-test', %s::jsonb)",
+                                                   (lease_one(group), "0"))
+        got = await asyncio.wait_for(asyncio.gather(*waits), 20)
+        self.assertEqual(sorted({r.status for r in got}), ["Cancelled", "Succeeded"])
+        self.assertEqual(sum(r.status == "Succeeded" for r in got), 50)
+        await await_for(lambda: waiting_in_server() == 0, message="the wait_any session ended")
 
     async def test_with_connection_in_your_transaction(self):
         group = unique("aiotx")

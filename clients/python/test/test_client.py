@@ -261,7 +261,7 @@ class ClientTest(unittest.TestCase):
         th.start()
         # it sleeps in the server
         wait_for(lambda: value("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'Extension'"
-                               " AND query LIKE 'CALL silo.wait_result%%'") >= 1, message="the waiter asleep")
+                               " AND query LIKE 'CALL silo.wait_any%%'") >= 1, message="the waiter asleep")
         sql("SELECT silo.complete(%s::uuid, 'w-test', '42')", (lease_one(group),))
         ended = time.monotonic()
         th.join(10)
@@ -297,8 +297,11 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(cm.exception.code, "25001")
 
     def test_await_result_with_the_pool_full(self):
+        # silo.wait_result (silo 1.7-1.8): each await holds a connection of the pool
         group = unique("full")
         with SiloClient(URL, max_connections=1) as c:
+            c._wait_any_known = False
+            c._wait_any_recheck = time.monotonic() + 3600
             a, b = c.enqueue(group), c.enqueue(group)
             th = threading.Thread(target=lambda: self.assertRaises(WaitTimeoutError, c.await_result, a,
                                                                    timeout=2))
@@ -316,6 +319,8 @@ class ClientTest(unittest.TestCase):
         with SiloClient(URL) as c:
             c._wait_result_known = False
             c._wait_result_recheck = time.monotonic() + 3600
+            c._wait_any_known = False
+            c._wait_any_recheck = time.monotonic() + 3600
             jid = c.enqueue(group)
             threading.Timer(0.3, lambda: sql("SELECT silo.complete(%s::uuid, 'w-test')",
                                              (lease_one(group),))).start()
@@ -323,6 +328,52 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(r.status, "Succeeded")
             with self.assertRaises(WaitTimeoutError):
                 c.await_result(c.enqueue(group), timeout=0.2)
+
+    def test_awaits_of_many_threads_share_one_wait_any(self):
+        group = unique("many")
+        asleep = ("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'Extension'"
+                  " AND query LIKE 'CALL silo.wait_any%%'")
+        with SiloClient(URL, max_connections=2) as c:
+            self.assertTrue(c.has_wait_any())
+            ids = c.enqueue_many([JobSpec(group, i) for i in range(100)])
+            out = {}
+
+            def waiter(jid):
+                out[jid] = c.await_result(jid, timeout=30)
+
+            threads = [threading.Thread(target=waiter, args=(j,)) for j in ids]
+            for th in threads:
+                th.start()
+            wait_for(lambda: value(asleep) == 1, message="one session asleep in silo.wait_any")
+            self.assertEqual(value("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'CALL silo.wait_%%'"
+                                   " AND state = 'active'"), 1)
+            # a late joiner is heard at once, while the others sleep on
+            late = c.enqueue(group, "late")
+            th_late = threading.Thread(target=waiter, args=(late,))
+            th_late.start()
+            time.sleep(0.2)
+            t0 = time.monotonic()
+            c.cancel(late)
+            th_late.join(5)
+            self.assertFalse(th_late.is_alive())
+            self.assertEqual(out[late].status, "Cancelled")
+            self.assertLess(time.monotonic() - t0, 3)
+            self.assertEqual(len(out), 1)
+            tasks = {r["job_id"]: r["task_id"] for r in sql(
+                "SELECT job_id, task_id::text AS task_id FROM silo.lease('w-test', %s, 100, 30000)", (group,))}
+            for k, jid in enumerate(ids):
+                if k % 2:
+                    sql("SELECT silo.complete(%s::uuid, 'w-test', %s::jsonb)", (tasks[jid], str(k)))
+                else:
+                    sql("SELECT silo.fail(%s::uuid, 'w-test', %s)", (tasks[jid], f"E{k}"))
+            for th in threads:
+                th.join(20)
+            wrong = [(k, out.get(j)) for k, j in enumerate(ids)
+                     if out.get(j) is None or (out[j].status, out[j].result, out[j].error_code)
+                     != (("Succeeded", k, None) if k % 2 else ("Failed", None, f"E{k}"))]
+            self.assertEqual(wrong, [])
+            # nothing left to wait for: the session ends
+            wait_for(lambda: value(asleep) == 0, message="the wait_any session ended")
 
     # -- errors ------------------------------------------------------------
 
