@@ -3,7 +3,7 @@
 -- that return at once: jobs that have ended or are gone, the timeout with
 -- none, another tenant, a transaction block, REPEATABLE READ.  Sessions
 -- asleep and woken by the commits that end their jobs, and the pool's
--- limit across sessions, are the TAP test 020_wait_result.
+-- limit across sessions, are the TAP test 025_wait_any.
 -- (test/silo.conf sets silo.max_wait_any_jobs = 64 for this test.)
 --
 SELECT test_helpers.reset();
@@ -35,8 +35,8 @@ DROP SCHEMA regress_wa_plant CASCADE;
 -- every job found ended (whatever the end) or gone, in the order given;
 -- the pending ones are left out
 CALL silo.wait_any(ARRAY['p1', 'a-failed', 'no-such-job', 'a-cancelled', 'p2', 'a-done']);
--- a job given twice is returned twice
-CALL silo.wait_any(ARRAY['a-done', 'a-done']);
+-- a job given twice counts once
+CALL silo.wait_any(ARRAY['a-done', 'p1', 'a-done']);
 -- the INOUT parameter's value is ignored
 CALL silo.wait_any(ARRAY['a-done'], ended => ARRAY['x']);
 
@@ -90,11 +90,14 @@ CALL silo.wait_any(ARRAY[repeat('j', 129)]);
 CALL silo.wait_any(ARRAY['a-done'], repeat('t', 65));
 CALL silo.wait_any(ARRAY['a-done'], timeout => '0');
 CALL silo.wait_any(ARRAY['a-done'], timeout => '1 day 1 second');
--- at most silo.max_wait_any_jobs ids in one call
+-- at most silo.max_wait_any_jobs distinct ids in one call (repeats count once)
 SHOW silo.max_wait_any_jobs;
-CALL silo.wait_any(array_fill('a-done'::text, ARRAY[65]));
-CALL silo.wait_any(array_fill('a-done'::text, ARRAY[64])) \gset g_
-SELECT cardinality(:'g_ended'::text[]) AS sixty_four;
+SELECT array_agg('gone-' || g)::text AS ids65 FROM generate_series(1, 65) g \gset
+CALL silo.wait_any(:'ids65');
+SELECT array_agg('gone-' || g)::text AS ids64 FROM generate_series(1, 64) g \gset
+CALL silo.wait_any(:'ids64') \gset g_
+SELECT cardinality(:'g_ended'::text[]) AS sixty_four_gone;
+CALL silo.wait_any(array_fill('a-done'::text, ARRAY[1000]));
 
 -- tenants: a role bound to t1 waits on t1's jobs only (42501 otherwise);
 -- a worker may not call it

@@ -211,10 +211,56 @@ silo_wait_result(PG_FUNCTION_ARGS)
 }
 
 /*
- * wait_any_ids: silo.wait_any's job_ids (argument 0) as C strings: a
- * one-dimensional array of 1 to silo.max_wait_any_jobs ids (at least one
- * with no pool at all: the pool then refuses it), none NULL (22004), each
- * of 1 to SILO_MAX_ID_LEN characters (22023).
+ * wait_any_cmp / wait_any_distinct: ids[0..*n) without repeats, in the
+ * order of their first appearance (a job listed twice takes one place of
+ * the pool and is returned once).
+ */
+typedef struct WaitAnyId
+{
+	const char *id;
+	int			pos;
+} WaitAnyId;
+
+static int
+wait_any_cmp(const void *a, const void *b)
+{
+	const WaitAnyId *x = a;
+	const WaitAnyId *y = b;
+	int			c = strcmp(x->id, y->id);
+
+	return c != 0 ? c : (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+static char **
+wait_any_distinct(char **ids, int *n)
+{
+	WaitAnyId  *v = palloc(*n * sizeof(WaitAnyId));
+	bool	   *keep = palloc0(*n * sizeof(bool));
+	int			i;
+	int			k = 0;
+
+	for (i = 0; i < *n; i++)
+	{
+		v[i].id = ids[i];
+		v[i].pos = i;
+	}
+	qsort(v, *n, sizeof(WaitAnyId), wait_any_cmp);
+	for (i = 0; i < *n; i++)
+		if (i == 0 || strcmp(v[i].id, v[i - 1].id) != 0)
+			keep[v[i].pos] = true;
+	for (i = 0; i < *n; i++)
+		if (keep[i])
+			ids[k++] = ids[i];
+	*n = k;
+	return ids;
+}
+
+/*
+ * wait_any_ids: silo.wait_any's job_ids (argument 0) as C strings, without
+ * repeats: a one-dimensional array of 1 to silo.max_wait_any_jobs distinct
+ * ids (at least one with no pool at all: the pool then refuses it with
+ * 53400), none NULL (22004), each of 1 to SILO_MAX_ID_LEN characters
+ * (22023).
  */
 static char **
 wait_any_ids(FunctionCallInfo fcinfo, int *n)
@@ -233,12 +279,6 @@ wait_any_ids(FunctionCallInfo fcinfo, int *n)
 				 errmsg("job_ids must be a one-dimensional array"),
 				 errdetail("The array given has %d dimensions.", ARR_NDIM(arr))));
 	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, n);
-	if (*n < 1 || *n > Max(silo_max_wait_any_jobs, 1))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("job_ids must hold between 1 and %d job ids", Max(silo_max_wait_any_jobs, 1)),
-				 errdetail("The array given holds %d.", *n),
-				 *n > 1 ? errhint("The most is silo.max_wait_any_jobs; await the rest in another call.") : 0));
 	ids = palloc(*n * sizeof(char *));
 	for (i = 0; i < *n; i++)
 	{
@@ -250,6 +290,13 @@ wait_any_ids(FunctionCallInfo fcinfo, int *n)
 		ids[i] = TextDatumGetCString(elems[i]);
 		silo_check_length("a job id", ids[i], 1, SILO_MAX_ID_LEN);
 	}
+	ids = wait_any_distinct(ids, n);
+	if (*n < 1 || *n > Max(silo_max_wait_any_jobs, 1))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("job_ids must hold between 1 and %d job ids", Max(silo_max_wait_any_jobs, 1)),
+				 errdetail("The array given holds %d distinct ids.", *n),
+				 *n > 1 ? errhint("The most is silo.max_wait_any_jobs; await the rest in another call.") : 0));
 	return ids;
 }
 

@@ -70,10 +70,11 @@
 typedef struct WaitSlot
 {
 	uint64		key;			/* the awaited job's key */
-	int			next;			/* next slot of the same bucket, or -1 */
-	bool		used;			/* registered */
 	Latch	   *latch;			/* the waiter's latch */
+	int			next;			/* next slot of the same bucket (or free), or -1 */
+	int			owner;			/* the waiter's BackendId - 1 */
 	pg_atomic_uint32 woken;		/* set by wakers, taken by the waiter */
+	bool		used;			/* registered */
 } WaitSlot;
 
 typedef struct WaitShared
@@ -102,8 +103,14 @@ static int *wait_many_slots = NULL;
 static int	wait_many_n = 0;
 static int	wait_many_capacity = 0;
 
-/* the latches a wake-up sets after releasing the lock (nslots of them) */
+/*
+ * The latches a wake-up sets after releasing the lock, one per waiting
+ * backend however many of its slots were woken (MaxBackends of them), and
+ * which backends have theirs in the array already.
+ */
 static Latch **wait_latches = NULL;
+static int *wait_owners = NULL;
+static bool *wait_seen = NULL;
 
 /*
  * The keys of the jobs this transaction ended, each with the
@@ -132,7 +139,7 @@ wait_sizes(int *nslots, int *nbuckets)
 	int			n = 1;
 
 	*nslots = MaxBackends + silo_max_wait_any_jobs;
-	while (n < 2 * MaxBackends)
+	while (n < 2 * *nslots)
 		n <<= 1;
 	*nbuckets = n;
 }
@@ -269,6 +276,7 @@ wait_link(int s)
 {
 	int		   *head = &wait_buckets[wait_slots[s].key & (wait_shared->nbuckets - 1)];
 
+	wait_slots[s].owner = MyBackendId - 1;
 	wait_slots[s].latch = MyLatch;
 	pg_atomic_write_u32(&wait_slots[s].woken, 0);
 	wait_slots[s].next = *head;
@@ -293,6 +301,7 @@ silo_wait_register(uint64 key)
 	wait_require_table("silo.wait_result");
 	if (i < 0 || i >= MaxBackends)
 		elog(ERROR, "silo: backend id %d has no wait slot", MyBackendId);
+	StaticAssertStmt(sizeof(WaitSlot) == 32, "a wait slot takes 32 bytes (docs/operations.md)");
 
 	LWLockAcquire(wait_shared->lock, LW_EXCLUSIVE);
 	/* our own registration, or one left by a backend that had this id */
@@ -352,6 +361,8 @@ silo_wait_many_register(const uint64 *keys, int n)
 	int			i;
 
 	wait_require_table("silo.wait_any");
+	if (MyBackendId < 1 || MyBackendId > MaxBackends)
+		elog(ERROR, "silo: backend id %d has no wait slot", MyBackendId);
 	silo_wait_many_end();
 	/* no allocation under the lock */
 	if (n > wait_many_capacity)
@@ -478,6 +489,20 @@ silo_wait_job_ended_text(Datum tenant, Datum id)
 }
 
 /*
+ * wait_prepare_wake: the arrays a wake-up after the commit uses, which
+ * must not be allocated then.
+ */
+static void
+wait_prepare_wake(void)
+{
+	if (wait_latches != NULL || wait_shared == NULL)
+		return;
+	wait_owners = MemoryContextAlloc(TopMemoryContext, MaxBackends * sizeof(int));
+	wait_seen = MemoryContextAllocZero(TopMemoryContext, MaxBackends * sizeof(bool));
+	wait_latches = MemoryContextAlloc(TopMemoryContext, MaxBackends * sizeof(Latch *));
+}
+
+/*
  * silo_wait_key_ended: remember key for the wake-up at commit.
  */
 void
@@ -486,9 +511,7 @@ silo_wait_key_ended(uint64 key)
 	int			level = GetCurrentTransactionNestLevel();
 
 	/* the wake-up after the commit must not allocate: do it now */
-	if (wait_latches == NULL && wait_shared != NULL)
-		wait_latches = MemoryContextAlloc(TopMemoryContext,
-										  wait_shared->nslots * sizeof(Latch *));
+	wait_prepare_wake();
 
 	if (wait_all)
 		return;
@@ -523,9 +546,7 @@ silo_wait_key_ended(uint64 key)
 void
 silo_wait_all_ended(void)
 {
-	if (wait_latches == NULL && wait_shared != NULL)
-		wait_latches = MemoryContextAlloc(TopMemoryContext,
-										  wait_shared->nslots * sizeof(Latch *));
+	wait_prepare_wake();
 	if (!wait_all)
 	{
 		wait_all = true;
@@ -559,12 +580,20 @@ wait_find(void)
 
 /*
  * wait_take: take slot s out of the table as woken, and remember its
- * latch in wait_latches[*n].  Caller holds the lock exclusively.
+ * latch in wait_latches[*n] unless its backend's is there already.
+ * Caller holds the lock exclusively.
  */
 static void
 wait_take(int s, int *n)
 {
-	wait_latches[(*n)++] = wait_slots[s].latch;
+	int			owner = wait_slots[s].owner;
+
+	if (!wait_seen[owner])
+	{
+		wait_seen[owner] = true;
+		wait_owners[*n] = owner;
+		wait_latches[(*n)++] = wait_slots[s].latch;
+	}
 	wait_unlink(s);
 	pg_atomic_write_u32(&wait_slots[s].woken, 1);
 }
@@ -619,7 +648,10 @@ wait_wake(void)
 	LWLockRelease(wait_shared->lock);
 	/* a latch stays valid: at worst a backend that reused it wakes once */
 	for (i = 0; i < n; i++)
+	{
+		wait_seen[wait_owners[i]] = false;
 		SetLatch(wait_latches[i]);
+	}
 }
 
 /*

@@ -39,6 +39,8 @@ export interface SiloClientOptions extends pg.PoolConfig {
 const WAIT_RESULT_SIGNATURE =
   'silo.wait_result(text,text,interval,text,jsonb,text,jsonb,timestamptz)';
 const WAIT_ANY_SIGNATURE = 'silo.wait_any(text[],text,interval,text[])';
+/** The most job ids one gathered silo.wait_any call names (beyond: silo.wait_result per await). */
+const WAIT_ANY_MAX_IDS = 4096;
 /** silo.wait_result waits at most a day per call. */
 const WAIT_RESULT_MAX_MS = 86_400_000;
 /** After an abort, how long the cancelled wait may take to come back before it is given up. */
@@ -122,6 +124,7 @@ export class SiloClient {
   private waitResultFalseUntil = 0;
   private waitAnyKnown: Promise<boolean> | undefined;
   private waitAnyFalseUntil = 0;
+  private waitAnyMaxIds = 0;
   private mux: AwaitMux | undefined;
 
   constructor(options: SiloClientOptions | string = {}) {
@@ -153,8 +156,12 @@ export class SiloClient {
     return new SiloClient({ db });
   }
 
-  /** Close the pool this client made (a pool or connection passed in stays open). */
+  /**
+   * Close the pool this client made (a pool or connection passed in stays
+   * open); gathered awaits still waiting fail, and their connections close.
+   */
   async close(): Promise<void> {
+    this.mux?.close();
     if (this.ownsPool && this.pool && !this.pool.ended) await this.pool.end();
   }
 
@@ -318,8 +325,8 @@ export class SiloClient {
   }
 
   /**
-   * Whether the installed silo has the procedure silo.wait_any (1.9); kept
-   * as hasWaitResult's answer is.
+   * Whether the installed silo has the procedure silo.wait_any (1.9) and
+   * this client's role may call it; kept as hasWaitResult's answer is.
    */
   async hasWaitAny(): Promise<boolean> {
     if (this.waitAnyKnown && this.waitAnyFalseUntil > 0 && Date.now() >= this.waitAnyFalseUntil) {
@@ -327,10 +334,12 @@ export class SiloClient {
       this.waitAnyFalseUntil = 0;
     }
     if (!this.waitAnyKnown) {
-      this.waitAnyKnown = this.query<{ ok: boolean }>(
-        'SELECT to_regprocedure($1) IS NOT NULL AS ok', [WAIT_ANY_SIGNATURE])
+      this.waitAnyKnown = this.query<{ ok: boolean, max_ids: number | null }>(
+        'SELECT coalesce(has_function_privilege(to_regprocedure($1), \'EXECUTE\'), false) AS ok,'
+        + " current_setting('silo.max_wait_any_jobs', true)::int AS max_ids", [WAIT_ANY_SIGNATURE])
         .then((rows) => {
-          const ok = rows[0].ok === true;
+          this.waitAnyMaxIds = Math.min(rows[0].max_ids ?? 0, WAIT_ANY_MAX_IDS);
+          const ok = rows[0].ok === true && this.waitAnyMaxIds > 0;
           if (!ok) this.waitAnyFalseUntil = Date.now() + WAIT_RESULT_RECHECK_MS;
           return ok;
         })
@@ -349,7 +358,8 @@ export class SiloClient {
    * awaits hold one connection, not a thousand; an await added while it
    * sleeps interrupts it with a cancel from another connection); a job
    * that has ended returns at once, after one silo.job_result.  With silo
-   * 1.7-1.8, or on a client made with `db`, the wait happens in
+   * 1.7-1.8, on a client made with `db`, or beyond what the gathering
+   * takes (4 tenants at once, 4096 ids per tenant), the wait happens in
    * silo.wait_result, woken by the commit that ends the job, holding one
    * connection of the pool and no snapshot; without either, job_result is polled with a backoff
    * (50 ms growing to maxPollIntervalMs).  Throws WaitTimeoutError after
@@ -379,7 +389,7 @@ export class SiloClient {
   private async waitGathered<R>(
     id: string, tenant: string, deadline: number, signal: AbortSignal | undefined,
   ): Promise<JobResult<R>> {
-    if (!this.mux) this.mux = new AwaitMux(this.pool as pg.Pool);
+    if (!this.mux) this.mux = new AwaitMux((this.pool as pg.Pool).options, this.waitAnyMaxIds);
     for (;;) {
       try {
         return await beforeDeadline(this.getJobResult<R>(id, { tenant }), deadline, signal, id, tenant);
@@ -387,9 +397,12 @@ export class SiloClient {
         if (!(err instanceof NotTerminalError)) throw err;
       }
       /* ended or gone by silo.wait_any's look: job_result says which (a restarted job waits again) */
-      await this.mux.until(id, tenant, deadline, signal, () => new WaitTimeoutError(
+      const gathered = this.mux.until(id, tenant, deadline, signal, () => new WaitTimeoutError(
         'job did not end within the timeout',
         { code: 'SL011', detail: `Job "${id}" of tenant "${tenant}" was still pending.` }));
+      /* more tenants or ids than the mux takes: this one waits on its own */
+      if (!gathered) return this.waitInServer<R>(id, tenant, deadline, signal);
+      await gathered;
     }
   }
 

@@ -3,16 +3,22 @@
  * connection asleep in CALL silo.wait_any (silo 1.9), instead of one pooled
  * connection per await.
  *
- * Each tenant with awaits has one loop: it checks a connection out of the
- * pool, calls silo.wait_any with every job id awaited now, wakes the
+ * Each tenant with awaits has one loop (MAX_LOOPS at most per client): it
+ * opens a connection of its own with the pool's settings (outside the
+ * pool, so that the awaits it wakes can always fetch their results from
+ * the pool), calls silo.wait_any with every job id awaited now, wakes the
  * awaits of the ids that come back, and calls again with the rest (and any
- * added meanwhile) until none is left; then it gives the connection back.
- * An id added while a call sleeps would wait for that call to end, so the
+ * added meanwhile) until none is left; then it closes the connection.  An
+ * id added while a call sleeps would wait for that call to end, so the
  * loop is poked: after POKE_DELAY_MS (awaits added together share one
  * poke) the sleeping call is cancelled with pg_cancel_backend from another
- * connection, and the loop calls again with the new list.  Each await has
- * its own deadline and signal; one that gives up leaves the list (the call
- * in flight keeps its id until it returns, which is harmless).
+ * connection, and the loop calls again with the new list; a poke that did
+ * not end the call within REPOKE_MS (its connection failed, or it reached
+ * the backend before the call did) is sent again.  Each await has its own
+ * deadline and signal; one that gives up leaves the list (the call in
+ * flight keeps its id until it returns, which is harmless).  An await the
+ * mux cannot take (MAX_LOOPS tenants already, or maxIds ids in its
+ * tenant's list) is left to the caller, which waits with silo.wait_result.
  */
 
 import pg from 'pg';
@@ -22,6 +28,10 @@ import { cancelBackend, sleep } from './util';
 
 /** How long a poke waits for more awaits to share it. */
 const POKE_DELAY_MS = 5;
+/** A poke that has not ended the call after this long is sent again. */
+const REPOKE_MS = 250;
+/** Tenants with a loop (a connection each) per client, at most. */
+export const MAX_LOOPS = 4;
 /** silo.wait_any's timeout per call: the loop calls again after it. */
 const CALL_MS = 60_000;
 
@@ -32,17 +42,15 @@ interface Waiter {
 
 class TenantLoop {
   readonly waits = new Map<string, Set<Waiter>>();
-  private conn: pg.PoolClient | undefined;
+  private conn: pg.Client | undefined;
   private pid: number | undefined;
   private running = false;
   private inFlight = false;
   private sent = new Set<string>();
   private pokeTimer: NodeJS.Timeout | undefined;
   private poked = false;
-  /** a cancel was sent that this connection has not yet answered with 57014 */
-  private cancelPending = false;
 
-  constructor(private readonly pool: pg.Pool, private readonly tenant: string,
+  constructor(private readonly config: pg.ClientConfig, private readonly tenant: string,
     private readonly onIdle: () => void) {}
 
   add(id: string, w: Waiter): void {
@@ -69,16 +77,29 @@ class TenantLoop {
     if (this.waits.size === 0 && this.inFlight) this.poke();
   }
 
-  /** Soon, cancel the sleeping call so that the loop calls again with the current list. */
-  private poke(): void {
+  /**
+   * Soon, cancel the sleeping call so that the loop calls again with the
+   * current list; again after REPOKE_MS while the call goes on.
+   */
+  private poke(delay = POKE_DELAY_MS): void {
     if (this.pokeTimer || this.poked) return;
     this.pokeTimer = setTimeout(() => {
       this.pokeTimer = undefined;
       if (!this.inFlight || this.pid === undefined) return;
       this.poked = true;
-      this.cancelPending = true;
-      cancelBackend(this.pool.options, this.pid);
-    }, POKE_DELAY_MS);
+      cancelBackend(this.config, this.pid);
+      this.pokeTimer = setTimeout(() => {
+        this.pokeTimer = undefined;
+        this.poked = false;
+        if (this.inFlight) this.poke(0);
+      }, REPOKE_MS);
+    }, delay);
+  }
+
+  /** The client is closing: every await fails with err, and the sleeping call ends. */
+  close(err: unknown): void {
+    this.failAll(err);
+    if (this.inFlight) this.poke(0);
   }
 
   private failAll(err: unknown): void {
@@ -92,24 +113,29 @@ class TenantLoop {
     try {
       while (this.waits.size > 0) {
         if (!this.conn) {
+          const c = new pg.Client(this.config);
+          c.on('error', () => undefined);
           try {
-            this.conn = await this.pool.connect();
-            this.pid = (this.conn as unknown as { processID?: number }).processID;
-            this.cancelPending = false;
-          } catch (err) {
+            await c.connect();
+          } catch {
+            c.end().catch(() => undefined);
             /* the awaits' own deadlines bound how long this goes on */
             await sleep(backoff);
             backoff = Math.min(2000, backoff * 2);
             continue;
           }
+          this.conn = c;
+          this.pid = (c as unknown as { processID?: number }).processID;
         }
+        const conn = this.conn;
         const ids = [...this.waits.keys()];
         this.sent = new Set(ids);
         this.poked = false;
         this.inFlight = true;
         let ended: string[] = [];
+        let pause = 0;
         try {
-          const res = await this.conn.query({
+          const res = await conn.query({
             name: 'silo_wait_any',
             text: 'CALL silo.wait_any($1::text[], $2::text, $3::interval)',
             values: [ids, this.tenant, `${CALL_MS} milliseconds`],
@@ -118,21 +144,21 @@ class TenantLoop {
           backoff = 100;
         } catch (err) {
           const e = toSiloError(err);
-          if (e instanceof SiloError && e.code === '57014') {
-            /* a poke (or statement_timeout): call again with the current list */
-            this.cancelPending = false;
-            continue;
+          const code = e instanceof SiloError ? e.code : undefined;
+          if (code === '57014') {
+            /* a poke: call again with the current list (after a statement_timeout, a little later) */
+            if (!this.poked) pause = backoff;
+          } else if (code === '53400' || isConnectionError(e) || isStalePlanError(e)) {
+            /* the pool of silo.max_wait_any_jobs is full, or the connection went: again later */
+            if (code !== '53400') {
+              conn.end().catch(() => undefined);
+              this.conn = undefined;
+            }
+            pause = backoff;
+          } else {
+            /* anything else (42501, SL020, ...) is every await's answer */
+            this.failAll(e);
           }
-          if (isConnectionError(e) || isStalePlanError(e)) {
-            this.conn.release(true);
-            this.conn = undefined;
-            await sleep(backoff);
-            backoff = Math.min(2000, backoff * 2);
-            continue;
-          }
-          /* anything else (42501, SL020, 53400, ...) is every await's answer */
-          this.failAll(e);
-          continue;
         } finally {
           this.inFlight = false;
           clearTimeout(this.pokeTimer);
@@ -144,11 +170,14 @@ class TenantLoop {
           this.waits.delete(id);
           for (const w of set) w.resolve();
         }
+        if (pause > 0) {
+          await sleep(pause);
+          backoff = Math.min(2000, backoff * 2);
+        }
       }
     } finally {
       this.running = false;
-      /* a cancel still on its way could hit the next user of the connection: drop it */
-      this.conn?.release(this.cancelPending ? true : undefined);
+      this.conn?.end().catch(() => undefined);
       this.conn = undefined;
       this.onIdle();
     }
@@ -159,25 +188,39 @@ class TenantLoop {
 export class AwaitMux {
   private readonly loops = new Map<string, TenantLoop>();
 
-  constructor(private readonly pool: pg.Pool) {}
+  /** Fail every await (the client is closing); the loops end their calls and close their connections. */
+  close(): void {
+    for (const l of this.loops.values()) l.close(new SiloError('the client was closed while the job was awaited'));
+  }
+
+  /** maxIds: the most ids one call may name (silo.max_wait_any_jobs, capped). */
+  constructor(private readonly config: pg.ClientConfig, private readonly maxIds: number) {}
 
   /**
    * Resolves once job id of tenant has ended or is gone, as silo.wait_any
    * sees it; rejects with onTimeout() at the deadline, with the signal's
    * reason when it is aborted, or with the error of the loop's call.
+   * Returns undefined when the mux cannot take this await (see the header).
    */
   until(id: string, tenant: string, deadline: number, signal: AbortSignal | undefined,
-    onTimeout: () => SiloError): Promise<void> {
+    onTimeout: () => SiloError): Promise<void> | undefined {
+    let loop = this.loops.get(tenant);
+    if (!loop) {
+      if (this.loops.size >= MAX_LOOPS) return undefined;
+      const made = new TenantLoop(this.config, tenant, () => {
+        if (this.loops.get(tenant) === made && made.waits.size === 0) this.loops.delete(tenant);
+      });
+      loop = made;
+      this.loops.set(tenant, loop);
+    } else if (loop.waits.size >= this.maxIds && !loop.waits.has(id)) {
+      return undefined;
+    }
+    const l = loop;
     return new Promise<void>((resolve, reject) => {
-      let loop = this.loops.get(tenant);
-      if (!loop) {
-        const made = new TenantLoop(this.pool, tenant, () => {
-          if (this.loops.get(tenant) === made && made.waits.size === 0) this.loops.delete(tenant);
-        });
-        loop = made;
-        this.loops.set(tenant, loop);
+      if (signal?.aborted) {
+        reject(signal.reason);
+        return;
       }
-      const l = loop;
       const done = (): void => {
         clearTimeout(timer);
         signal?.removeEventListener('abort', onAbort);

@@ -460,8 +460,9 @@ describe('awaitResult', () => {
 });
 
 describe('awaitResult gathered on silo.wait_any', () => {
-  const asleep = () => value("SELECT count(*)::int FROM pg_stat_activity WHERE query LIKE 'CALL silo.wait_any%'"
-    + " AND state = 'active' AND wait_event = 'Extension'");
+  /* the sessions asleep in silo.wait_any of the clients made with application_name app */
+  const asleep = (app) => value("SELECT count(*)::int FROM pg_stat_activity WHERE query LIKE 'CALL silo.wait_any%'"
+    + " AND state = 'active' AND wait_event = 'Extension' AND application_name = $1", [app]);
 
   test('silo.wait_any is installed', async () => {
     assert.equal(await client.hasWaitAny(), true);
@@ -469,14 +470,16 @@ describe('awaitResult gathered on silo.wait_any', () => {
 
   test('300 awaits on a pool of 3 sleep on one connection and each gets its own outcome', async () => {
     const group = unique('many');
-    const pool = new pg.Pool({ connectionString: URL, max: 3 });
+    const app = unique('many');
+    const pool = new pg.Pool({ connectionString: URL, max: 3, application_name: app });
     const c = new SiloClient({ pool });
     try {
       const ids = await c.enqueueMany(Array.from({ length: 300 }, (_, i) => ({ taskGroup: group, payload: i })));
       const waiting = ids.map((id) => c.awaitResult(id, { timeoutMs: 30_000 }));
-      await waitFor(async () => (await asleep()) === 1, { message: 'one session asleep in silo.wait_any' });
+      await waitFor(async () => (await asleep(app)) === 1, { message: 'one session asleep in silo.wait_any' });
       assert.equal(await value(
-        "SELECT count(*)::int FROM pg_stat_activity WHERE query LIKE 'CALL silo.wait_%' AND state = 'active'"), 1);
+        "SELECT count(*)::int FROM pg_stat_activity WHERE query LIKE 'CALL silo.wait_%'"
+        + ' AND application_name = $1', [app]), 1, 'one session calls silo.wait_any, none silo.wait_result');
       // end them in three ways, a transaction per 10 jobs
       const tasks = await sql('SELECT task_id, job_id FROM silo.lease($1, $2, 300)', ['w', group]);
       const byJob = new Map(tasks.map((t) => [t.job_id, t.task_id]));
@@ -498,7 +501,7 @@ describe('awaitResult gathered on silo.wait_any', () => {
       }).filter((x) => x);
       assert.deepEqual(wrong, []);
       // nothing left to wait for: the connection went back to the pool
-      await waitFor(async () => (await asleep()) === 0, { message: 'the wait_any session ended' });
+      await waitFor(async () => (await asleep(app)) === 0, { message: 'the wait_any session ended' });
     } finally {
       await c.close();
     }
@@ -506,11 +509,12 @@ describe('awaitResult gathered on silo.wait_any', () => {
 
   test('an await added while the call sleeps is heard at once; the others sleep on', async () => {
     const group = unique('late');
-    const c = new SiloClient(URL);
+    const app = unique('app');
+    const c = new SiloClient({ connectionString: URL, application_name: app });
     try {
       const [a, b] = await c.enqueueMany([{ taskGroup: group }, { taskGroup: group }]);
       const waitA = c.awaitResult(a, { timeoutMs: 30_000 });
-      await waitFor(async () => (await asleep()) === 1, { message: 'asleep on a' });
+      await waitFor(async () => (await asleep(app)) === 1, { message: 'asleep on a' });
       const waitB = c.awaitResult(b, { timeoutMs: 30_000 });
       await sleep(100); // b's await interrupts the sleeping call and joins the next one
       const t0 = Date.now();
@@ -519,7 +523,7 @@ describe('awaitResult gathered on silo.wait_any', () => {
       assert.ok(Date.now() - t0 < 3000, `b's end was heard after ${Date.now() - t0} ms`);
       let aDone = false;
       waitA.then(() => { aDone = true; }, () => { aDone = true; });
-      await waitFor(async () => (await asleep()) === 1, { message: 'still asleep on a' });
+      await waitFor(async () => (await asleep(app)) === 1, { message: 'still asleep on a' });
       assert.equal(aDone, false);
       await c.cancel(a);
       assert.equal((await waitA).status, 'Cancelled');
@@ -530,7 +534,8 @@ describe('awaitResult gathered on silo.wait_any', () => {
 
   test('each await has its own timeout and signal; a missing job raises NotFoundError', async () => {
     const group = unique('own');
-    const c = new SiloClient(URL);
+    const app = unique('app');
+    const c = new SiloClient({ connectionString: URL, application_name: app });
     try {
       const [a, b, d] = await c.enqueueMany([{ taskGroup: group }, { taskGroup: group }, { taskGroup: group }]);
       const ac = new AbortController();
@@ -550,15 +555,51 @@ describe('awaitResult gathered on silo.wait_any', () => {
     }
   });
 
+  test('a pool of one: the sleeping call has a connection of its own, woken awaits fetch their results', async () => {
+    const group = unique('one');
+    const app = unique('one');
+    const pool = new pg.Pool({ connectionString: URL, max: 1, application_name: app });
+    const c = new SiloClient({ pool });
+    try {
+      const ids = await c.enqueueMany(Array.from({ length: 20 }, () => ({ taskGroup: group })));
+      const waiting = ids.map((id) => c.awaitResult(id, { timeoutMs: 20_000 }));
+      await waitFor(async () => (await asleep(app)) === 1, { message: 'one session asleep in silo.wait_any' });
+      for (const id of ids) await c.cancel(id);
+      assert.deepEqual(new Set((await Promise.all(waiting)).map((r) => r.status)), new Set(['Cancelled']));
+    } finally {
+      await c.close();
+    }
+  });
+
+  test('more tenants than the gathering takes (4): the others wait in silo.wait_result', async () => {
+    const group = unique('fivet');
+    const app = unique('app');
+    const c = new SiloClient({ connectionString: URL, application_name: app });
+    try {
+      const tenants = ['t1', 't2', 't3', 't4', 't5'];
+      const ids = [];
+      for (const t of tenants) ids.push(await c.enqueue(group, {}, { tenant: t }));
+      const waiting = ids.map((id, i) => c.awaitResult(id, { tenant: tenants[i], timeoutMs: 20_000 }));
+      await waitFor(async () => (await asleep(app)) === 4 && (await value(
+        "SELECT count(*)::int FROM pg_stat_activity WHERE query LIKE 'CALL silo.wait_result%'"
+        + " AND wait_event = 'Extension' AND application_name = $1", [app])) === 1, { message: '4 sessions in wait_any, 1 in wait_result' });
+      for (let i = 0; i < 5; i++) await c.cancel(ids[i], { tenant: tenants[i] });
+      assert.deepEqual((await Promise.all(waiting)).map((r) => r.status), Array(5).fill('Cancelled'));
+    } finally {
+      await c.close();
+    }
+  });
+
   test('tenants: one sleeping call per tenant; a refused tenant fails its awaits only', async () => {
     const group = unique('tenants');
-    const c = new SiloClient(URL);
+    const app = unique('app');
+    const c = new SiloClient({ connectionString: URL, application_name: app });
     try {
       const x = await c.enqueue(group, {}, { tenant: 'tx' });
       const y = await c.enqueue(group, {}, { tenant: 'ty' });
       const wx = c.awaitResult(x, { tenant: 'tx', timeoutMs: 30_000 });
       const wy = c.awaitResult(y, { tenant: 'ty', timeoutMs: 30_000 });
-      await waitFor(async () => (await asleep()) === 2, { message: 'two sessions asleep, one per tenant' });
+      await waitFor(async () => (await asleep(app)) === 2, { message: 'two sessions asleep, one per tenant' });
       await c.cancel(y, { tenant: 'ty' });
       assert.equal((await wy).status, 'Cancelled');
       await c.cancel(x, { tenant: 'tx' });

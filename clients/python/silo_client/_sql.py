@@ -82,10 +82,14 @@ def wait_result(id: str, tenant: str, seconds: float) -> Stmt:
 
 
 WAIT_ANY_SIGNATURE = "silo.wait_any(text[],text,interval,text[])"
+#: The most job ids one gathered silo.wait_any call names (beyond: silo.wait_result per await).
+WAIT_ANY_MAX_IDS = 4096
 
 
 def has_wait_any() -> Stmt:
-    return "SELECT to_regprocedure(%s) IS NOT NULL AS ok", [WAIT_ANY_SIGNATURE], None
+    """Whether silo.wait_any is there and may be called, and silo.max_wait_any_jobs."""
+    return ("SELECT coalesce(has_function_privilege(to_regprocedure(%s), 'EXECUTE'), false) AS ok,"
+            " current_setting('silo.max_wait_any_jobs', true)::int AS max_ids", [WAIT_ANY_SIGNATURE], None)
 
 
 def has_wait_result() -> Stmt:

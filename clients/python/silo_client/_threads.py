@@ -8,11 +8,13 @@ interpreter's lock for handlers that take microseconds; measured with a no-op
 handler, one thread did 20% more jobs/s than 32.
 
 HandlerThreads starts one thread, and adds threads only when work waits
-behind handlers that are really busy: when a task has waited GROW_AFTER_S
-and every thread has been inside one handler for at least as long (a
-handler blocking on I/O, a sleep, or a lock).  Waiting for the interpreter's
-lock takes at most a switch interval (5 ms by default), so a no-op load
-never looks blocked.  Idle threads are woken last-in first-out, so the
+behind handlers that are really busy: when a task has waited CHECK_S and
+either handlers take SLOW_S or more on average (a moving average of their
+wall time: handlers that do I/O, like an HTTP call of 10 ms) or every thread
+has been inside one handler for GROW_AFTER_S (the first handler to block,
+before there is an average).  Waiting for the interpreter's lock takes at
+most a switch interval (5 ms by default) and seldom falls inside a handler
+that takes microseconds, so a no-op load never looks blocked.  Idle threads are woken last-in first-out, so the
 thread that just finished takes the next task while the others sleep, and a
 thread idle for IDLE_EXIT_S ends (the last one stays).  Threads are daemons:
 a handler that never returns does not keep the process from exiting.
@@ -26,8 +28,12 @@ import threading
 import time
 from typing import Any, Callable, Deque, List, Optional, Tuple
 
+CHECK_S = 0.005
+SLOW_S = 0.002
 GROW_AFTER_S = 0.02
 IDLE_EXIT_S = 30.0
+#: weight of the last handler in the moving average of handler times
+_ALPHA = 0.1
 
 _Item = Tuple[float, asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], Tuple[Any, ...]]
 
@@ -55,10 +61,14 @@ class HandlerThreads:
     """Runs plain-function handlers for an event loop on at most max_threads threads, started as needed."""
 
     def __init__(self, max_threads: int, name: str = "silo-handler",
-                 grow_after: float = GROW_AFTER_S, idle_exit: float = IDLE_EXIT_S):
+                 grow_after: float = GROW_AFTER_S, idle_exit: float = IDLE_EXIT_S,
+                 check: float = CHECK_S, slow: float = SLOW_S):
         self._max = max(1, int(max_threads))
         self._name = name
         self._grow_after = grow_after
+        self._check_s = check
+        self._slow = slow
+        self._avg = 0.0  # moving average of handlers' wall time
         self._idle_exit = idle_exit
         self._lock = threading.Lock()
         self._queue: Deque[_Item] = collections.deque()
@@ -88,7 +98,7 @@ class HandlerThreads:
                 self._start_locked()
             elif not self._check_armed and len(self._busy) < self._max:
                 self._check_armed = True
-                loop.call_later(self._grow_after, self._check, loop)
+                loop.call_later(self._check_s, self._check, loop)
         return fut
 
     def _start_locked(self) -> None:
@@ -100,19 +110,19 @@ class HandlerThreads:
         t.start()
 
     def _check(self, loop: asyncio.AbstractEventLoop) -> None:
-        """On the loop, a little after work queued behind busy threads: add threads if they are really blocked."""
+        """On the loop, a little after work queued behind busy threads: add threads if handlers are slow or blocked."""
         with self._lock:
             self._check_armed = False
             if self._closed or not self._queue or self._sleepers:
                 return
             now = time.monotonic()
-            if now - self._queue[0][0] >= self._grow_after and all(
-                    s.since and now - s.since >= self._grow_after for s in self._busy):
+            if now - self._queue[0][0] >= self._check_s and (self._avg >= self._slow or all(
+                    s.since and now - s.since >= self._grow_after for s in self._busy)):
                 for _ in range(min(len(self._queue), self._max - len(self._busy))):
                     self._start_locked()
             if self._queue and len(self._busy) < self._max:
                 self._check_armed = True
-                loop.call_later(self._grow_after, self._check, loop)
+                loop.call_later(self._check_s, self._check, loop)
 
     def _work(self, slot: _Slot) -> None:
         """A thread: run queued handlers; sleep when there are none; end after idle_exit or at shutdown."""
@@ -137,12 +147,13 @@ class HandlerThreads:
                         else:
                             me.acquire()  # released by a submit just as the wait ended: take that wake-up
                 _, loop, fut, fn, args = self._queue.popleft()
-            slot.since = time.monotonic()
+            start = slot.since = time.monotonic()
             try:
                 ok, value = True, fn(*args)
             except BaseException as err:  # noqa: B902 - the handler's failure goes to its future
                 ok, value = False, err
             slot.since = 0.0
+            self._avg += (time.monotonic() - start - self._avg) * _ALPHA
             try:
                 loop.call_soon_threadsafe(_settle, fut, ok, value)
             except RuntimeError:

@@ -39,6 +39,7 @@ class AsyncSiloClient:
         self._wait_result_recheck = 0.0
         self._wait_any_known: Optional[bool] = None
         self._wait_any_recheck = 0.0
+        self._wait_any_max_ids = 0
         self._mux: Optional[TaskMux] = None
 
     def with_connection(self, conn: psycopg.AsyncConnection) -> "AsyncSiloClient":
@@ -46,7 +47,9 @@ class AsyncSiloClient:
         return AsyncSiloClient(conn=conn)
 
     async def close(self) -> None:
-        """Close the pool this client made (a connection passed in stays open)."""
+        """Close the pool this client made (a connection passed in stays open); gathered awaits still waiting fail."""
+        if self._mux is not None:
+            await self._mux.close()
         if self._pool is not None:
             await self._pool.close()
 
@@ -136,7 +139,9 @@ class AsyncSiloClient:
     async def has_wait_any(self) -> bool:
         now = time.monotonic()
         if self._wait_any_known is None or (not self._wait_any_known and now >= self._wait_any_recheck):
-            ok = bool((await self._query(_sql.has_wait_any()))[0]["ok"])
+            row = (await self._query(_sql.has_wait_any()))[0]
+            self._wait_any_max_ids = min(row["max_ids"] or 0, _sql.WAIT_ANY_MAX_IDS)
+            ok = bool(row["ok"]) and self._wait_any_max_ids > 0
             self._wait_any_known = ok
             self._wait_any_recheck = now + WAIT_RESULT_RECHECK_S
         return self._wait_any_known
@@ -158,6 +163,10 @@ class AsyncSiloClient:
             return await self._await_gathered(id, tenant, deadline)
         if not await self.has_wait_result():
             return await self._poll(id, tenant, deadline, max_poll_interval)
+        return await self._wait_in_server(id, tenant, deadline)
+
+    async def _wait_in_server(self, id: str, tenant: str, deadline: float) -> JobResult:
+        """await_result on silo.wait_result, on a connection of the pool."""
         while True:
             left = deadline - time.monotonic()
             try:
@@ -172,13 +181,16 @@ class AsyncSiloClient:
         """await_result on silo.wait_any (see _waiter.py)."""
         if self._mux is None:
             assert self._pool is not None
-            self._mux = TaskMux(self._pool.connect)
+            self._mux = TaskMux(self._pool.connect, self._wait_any_max_ids)
         while True:
             try:
                 return JobResult.from_row((await self._query(_sql.job_result(id, tenant), deadline))[0])
             except NotTerminalError:
                 pass
-            if not await self._mux.until(id, tenant, deadline):
+            gathered = await self._mux.until(id, tenant, deadline)
+            if gathered is None:
+                return await self._wait_in_server(id, tenant, deadline)  # more than the gathering takes
+            if not gathered:
                 raise WaitTimeoutError("job did not end within the timeout", code="SL011",
                                        detail=f'Job "{id}" of tenant "{tenant}" was still pending.')
 

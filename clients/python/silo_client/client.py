@@ -7,6 +7,7 @@ errors come back as the typed classes of silo_client.errors.
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
@@ -43,14 +44,18 @@ class SiloClient:
         self._wait_result_recheck = 0.0
         self._wait_any_known: Optional[bool] = None
         self._wait_any_recheck = 0.0
+        self._wait_any_max_ids = 0
         self._mux: Optional[ThreadMux] = None
+        self._mux_lock = threading.Lock()
 
     def with_connection(self, conn: psycopg.Connection) -> "SiloClient":
         """A client that runs its calls on conn (e.g. inside your transaction)."""
         return SiloClient(conn=conn)
 
     def close(self) -> None:
-        """Close the pool this client made (a connection passed in stays open)."""
+        """Close the pool this client made (a connection passed in stays open); gathered awaits still waiting fail."""
+        if self._mux is not None:
+            self._mux.close()
         if self._pool is not None:
             self._pool.close()
 
@@ -159,7 +164,9 @@ class SiloClient:
         """Whether the installed silo has CALL silo.wait_any (1.9); a no is asked again after a minute."""
         now = time.monotonic()
         if self._wait_any_known is None or (not self._wait_any_known and now >= self._wait_any_recheck):
-            ok = bool(self._query(_sql.has_wait_any())[0]["ok"])
+            row = self._query(_sql.has_wait_any())[0]
+            self._wait_any_max_ids = min(row["max_ids"] or 0, _sql.WAIT_ANY_MAX_IDS)
+            ok = bool(row["ok"]) and self._wait_any_max_ids > 0
             self._wait_any_known = ok
             self._wait_any_recheck = now + WAIT_RESULT_RECHECK_S
         return self._wait_any_known
@@ -187,6 +194,10 @@ class SiloClient:
             return self._await_gathered(id, tenant, deadline)
         if not self.has_wait_result():
             return self._poll(id, tenant, deadline, max_poll_interval)
+        return self._wait_in_server(id, tenant, deadline)
+
+    def _wait_in_server(self, id: str, tenant: str, deadline: float) -> JobResult:
+        """await_result on silo.wait_result, on a connection of the pool."""
         while True:
             left = deadline - time.monotonic()
             try:
@@ -199,16 +210,20 @@ class SiloClient:
 
     def _await_gathered(self, id: str, tenant: str, deadline: float) -> JobResult:
         """await_result on silo.wait_any (see _waiter.py)."""
-        if self._mux is None:
-            assert self._pool is not None
-            self._mux = ThreadMux(self._pool.connect)
+        with self._mux_lock:
+            if self._mux is None:
+                assert self._pool is not None
+                self._mux = ThreadMux(self._pool.connect, self._wait_any_max_ids)
         while True:
             try:
                 return JobResult.from_row(self._query(_sql.job_result(id, tenant), deadline)[0])
             except NotTerminalError:
                 pass
             # ended or gone as silo.wait_any saw it: job_result says which (a restarted job waits again)
-            if not self._mux.until(id, tenant, deadline):
+            gathered = self._mux.until(id, tenant, deadline)
+            if gathered is None:
+                return self._wait_in_server(id, tenant, deadline)  # more than the gathering takes
+            if not gathered:
                 raise WaitTimeoutError("job did not end within the timeout", code="SL011",
                                        detail=f'Job "{id}" of tenant "{tenant}" was still pending.')
 

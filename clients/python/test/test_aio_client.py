@@ -18,9 +18,11 @@ def lease_one(group, worker="w-test"):
     return rows[0]["task_id"] if rows else None
 
 
-def waiting_in_server():
+def waiting_in_server(app=None):
+    """Sessions asleep in silo.wait_result or silo.wait_any (of application_name app, if given)."""
     return value("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'Extension'"
-                 " AND query LIKE 'CALL silo.wait_%%'")
+                 " AND query LIKE 'CALL silo.wait_%%' AND application_name = coalesce(%s, application_name)",
+                 (app,))
 
 
 class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
@@ -97,12 +99,14 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual((await c.get_job(jid)).status, "Waiting")
 
     async def test_awaits_of_many_tasks_share_one_wait_any(self):
-        c = self.client
+        app = unique("aiomany").replace("-", "_")
+        c = AsyncSiloClient(URL, application_name=app)
+        self.addAsyncCleanup(c.close)
         group = unique("aiomany")
         self.assertTrue(await c.has_wait_any())
         ids = await c.enqueue_many([JobSpec(group, i) for i in range(100)])
         waits = [asyncio.ensure_future(c.await_result(j, timeout=30)) for j in ids]
-        await await_for(lambda: waiting_in_server() == 1, message="one session asleep")
+        await await_for(lambda: waiting_in_server(app) == 1, message="one session asleep")
         late = await c.enqueue(group, "late")
         late_wait = asyncio.ensure_future(c.await_result(late, timeout=30))
         await asyncio.sleep(0.2)
@@ -115,7 +119,7 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         got = await asyncio.wait_for(asyncio.gather(*waits), 20)
         self.assertEqual(sorted({r.status for r in got}), ["Cancelled", "Succeeded"])
         self.assertEqual(sum(r.status == "Succeeded" for r in got), 50)
-        await await_for(lambda: waiting_in_server() == 0, message="the wait_any session ended")
+        await await_for(lambda: waiting_in_server(app) == 0, message="the wait_any session ended")
 
     async def test_with_connection_in_your_transaction(self):
         group = unique("aiotx")

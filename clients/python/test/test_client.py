@@ -331,9 +331,10 @@ class ClientTest(unittest.TestCase):
 
     def test_awaits_of_many_threads_share_one_wait_any(self):
         group = unique("many")
+        app = unique("many").replace("-", "_")
         asleep = ("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'Extension'"
-                  " AND query LIKE 'CALL silo.wait_any%%'")
-        with SiloClient(URL, max_connections=2) as c:
+                  f" AND query LIKE 'CALL silo.wait_any%%' AND application_name = '{app}'")
+        with SiloClient(URL, max_connections=2, application_name=app) as c:
             self.assertTrue(c.has_wait_any())
             ids = c.enqueue_many([JobSpec(group, i) for i in range(100)])
             out = {}
@@ -345,8 +346,9 @@ class ClientTest(unittest.TestCase):
             for th in threads:
                 th.start()
             wait_for(lambda: value(asleep) == 1, message="one session asleep in silo.wait_any")
+            # one session of this client calls silo.wait_any, and none silo.wait_result
             self.assertEqual(value("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'CALL silo.wait_%%'"
-                                   " AND state = 'active'"), 1)
+                                   " AND application_name = %s", (app,)), 1)
             # a late joiner is heard at once, while the others sleep on
             late = c.enqueue(group, "late")
             th_late = threading.Thread(target=waiter, args=(late,))

@@ -51,6 +51,22 @@ class HandlerThreadsTest(unittest.TestCase):
         self.assertEqual(n, 8)
         self.assertLess(took, 2.0)
 
+    def test_short_blocking_handlers_get_threads_too(self):
+        # 40 handlers that each wait 20 ms on I/O (a sleep): on one thread 0.8 s; on 8 about 0.1 s
+        async def go():
+            ht = HandlerThreads(8)
+            loop = asyncio.get_running_loop()
+            t0 = time.monotonic()
+            await asyncio.gather(*(ht.submit(loop, time.sleep, 0.02) for _ in range(40)))
+            took = time.monotonic() - t0
+            n = ht.threads
+            ht.shutdown()
+            return took, n
+
+        took, n = run(go())
+        self.assertGreaterEqual(n, 4)
+        self.assertLess(took, 0.5)
+
     def test_never_more_threads_than_the_maximum(self):
         # 12 handlers blocked one after the other, 3 threads at most: 3 at a time
         running, peak, lock = [0], [0], threading.Lock()
