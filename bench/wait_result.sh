@@ -25,6 +25,9 @@
 #             each asleep in one CALL silo.wait_any on its share of them
 #             (what a client library that gathers its callers' awaits
 #             does)
+#   node      WR_WAITERS concurrent awaitResult calls of one Node SiloClient
+#             (clients/node, built by clients/node/build.sh; bench/node-await.mjs),
+#             which the client gathers onto one session in silo.wait_any
 #
 # The waiters are one pgbench run of WR_WAITERS clients, started before the
 # drain and ended after it by one transaction that cancels their jobs.  A
@@ -45,8 +48,9 @@
 # max_connections is WR_WAITERS + WR_CLIENTS + 30 (the broker, pg_cron, the
 # script's own psql): a waiter is a backend.
 #
+# Mode node needs node and clients/node built (bash clients/node/build.sh).
 # Environment: PGBIN, WR_WAITERS (1000), WR_JOBS (60000), WR_CLIENTS (4),
-# WR_BATCH (32), WR_REPEATS (5), WR_MODES ("without waiters idle any"),
+# WR_BATCH (32), WR_REPEATS (5), WR_MODES ("without waiters idle any node"),
 # WR_ANY_SESSIONS (4), KEEP=1 keeps the scratch directory;
 # WR_HUGE_PAGES=on runs the cluster with huge_pages = on (default off, not
 # PostgreSQL's 'try', which would use them wherever some are reserved; reserve them
@@ -61,7 +65,7 @@ JOBS=${WR_JOBS:-60000}
 CLIENTS=${WR_CLIENTS:-4}
 BATCH=${WR_BATCH:-32}
 REPEATS=${WR_REPEATS:-5}
-MODES=${WR_MODES:-without waiters idle any}
+MODES=${WR_MODES:-without waiters idle any node}
 ANY_SESSIONS=${WR_ANY_SESSIONS:-4}
 ANY_PIDS=()
 WAITER_PID=
@@ -188,6 +192,47 @@ start_any()
 	done
 }
 
+# start_node R: one Node client awaiting the jobs idle-R-1 .. idle-R-n.
+start_node()
+{
+	local r=$1 deadline
+	: >"$DIR/node.log"
+	chmod 666 "$DIR/node.log"
+	node "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/node-await.mjs" \
+		"postgresql://postgres@/postgres?host=$DIR" "idle-$r-" "$WAITERS" >>"$DIR/node.log" 2>&1 &
+	ANY_PIDS=($!)
+	deadline=$((SECONDS + 300))
+	until grep -q '^waiting' "$DIR/node.log" && [ "$(psql_ -c "SELECT count(*) FROM pg_stat_activity
+	        WHERE query LIKE 'CALL silo.wait_any%' AND wait_event = 'Extension'
+	          AND application_name = 'bench-await'")" = 1 ]; do
+		if ((SECONDS > deadline)); then
+			echo "the Node client's awaits did not fall asleep" >&2
+			cat "$DIR/node.log" >&2
+			exit 1
+		fi
+		sleep 0.2
+	done
+}
+
+# stop_node R: end the jobs in one transaction; appends to $DIR/wakes.node
+# the seconds until the Node client had all its awaits back (twice: the
+# format of the other wakes files).
+stop_node()
+{
+	local r=$1 t0 t1
+	psql_ -c "SELECT count(silo.cancel(id)) FROM silo.jobs WHERE tenant = '-' AND id LIKE 'idle-$r-%'" >/dev/null
+	t0=$(date +%s.%N)
+	if ! wait "${ANY_PIDS[0]}"; then
+		echo "the Node client failed:" >&2
+		cat "$DIR/node.log" >&2
+		exit 1
+	fi
+	t1=$(date +%s.%N)
+	ANY_PIDS=()
+	grep -q "^returned $WAITERS\$" "$DIR/node.log" || { cat "$DIR/node.log" >&2; exit 1; }
+	echo "$(echo "$t1 - $t0" | bc -l) $(echo "$t1 - $t0" | bc -l)" >>"$DIR/wakes.node"
+}
+
 # stop_any R: end the jobs in one transaction, as stop_waiters does.
 stop_any()
 {
@@ -287,7 +332,7 @@ others_pids()
 {
 	psql_ -c "SELECT pid FROM pg_stat_activity
 	           WHERE query LIKE 'CALL silo.wait_result%' OR query LIKE 'SELECT 1%'
-	              OR query LIKE 'CALL silo.wait_any%'"
+	              OR query LIKE 'CALL silo.wait_any%' OR application_name = 'bench-await'"
 }
 
 # cpu_ticks PID...: the CPU clock ticks these processes used (user and
@@ -369,7 +414,13 @@ echo "== burn-down: $JOBS jobs, $CLIENTS clients x batch $BATCH; $REPEATS rounds
 echo "load before: $(uptime)"
 read -r -a modes <<<"$MODES"
 for mode in "${modes[@]}"; do
-	case $mode in without | waiters | idle | any) : >"$DIR/rates.$mode" ;; *)
+	if [ "$mode" = node ]; then
+		# the Node client, built from its lock file (quiet when it is up to date)
+		"$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/clients/node/build.sh" || exit 1
+	fi
+done
+for mode in "${modes[@]}"; do
+	case $mode in without | waiters | idle | any | node) : >"$DIR/rates.$mode" ;; *)
 		echo "WR_MODES: unknown mode $mode" >&2
 		exit 2
 		;;
@@ -377,6 +428,7 @@ for mode in "${modes[@]}"; do
 done
 : >"$DIR/wakes"
 : >"$DIR/wakes.any"
+: >"$DIR/wakes.node"
 for ((r = 1; r <= REPEATS; r++)); do
 	# the order turns from round to round, so that whatever drifts
 	# (the machine's other load, the catalogs) is not pinned on one mode
@@ -398,6 +450,9 @@ for ((r = 1; r <= REPEATS; r++)); do
 			others=$(others_pids)
 		elif [ "$mode" = any ]; then
 			start_any "$r"
+			others=$(others_pids)
+		elif [ "$mode" = node ]; then
+			start_node "$r"
 			others=$(others_pids)
 		fi
 		# shellcheck disable=SC2086
@@ -432,6 +487,10 @@ for ((r = 1; r <= REPEATS; r++)); do
 			stop_any "$r"
 			read -r wmed wmax < <(tail -1 "$DIR/wakes.any")
 			note="one commit ended their jobs: resumed after ${wmed} s (median), ${wmax} s (last)"
+		elif [ "$mode" = node ]; then
+			stop_node "$r"
+			read -r wmed _ < <(tail -1 "$DIR/wakes.node")
+			note="one commit ended their jobs: the Node client had all $WAITERS awaits back after ${wmed} s"
 		fi
 		printf 'run %d %-8s %8.0f jobs/s  cluster CPU %6.2f s, of it the %d others %5.2f s  %s\n' \
 			"$r" "$mode" "$(tail -1 "$DIR/rates.$mode")" "$(echo "($c1 - $c0) / $HZ" | bc -l)" \
@@ -454,6 +513,10 @@ fi
 if [ -s "$DIR/wakes" ]; then
 	printf 'one commit ending the jobs of %d wait_result waiters: they resumed after %.3f s (median), the last after %.3f s (medians of the runs)\n' \
 		"$WAITERS" "$(cut -d' ' -f1 "$DIR/wakes" | median)" "$(cut -d' ' -f2 "$DIR/wakes" | median)"
+fi
+if [ -s "$DIR/wakes.node" ]; then
+	printf 'one commit ending the %d jobs awaited by the Node client: all its awaits back after %.3f s (median of the runs)\n' \
+		"$WAITERS" "$(cut -d' ' -f1 "$DIR/wakes.node" | median)"
 fi
 if [ -s "$DIR/wakes.any" ]; then
 	printf 'one commit ending the %d jobs awaited in silo.wait_any: its %d sessions resumed after %.3f s (median), the last after %.3f s (medians of the runs)\n' \

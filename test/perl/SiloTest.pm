@@ -54,7 +54,7 @@ our @EXPORT = qw(
   silo_node install_test_helpers poll_until poll_value wait_for_broker
   log_position wait_for_log_until start_process wait_process_exit
   stop_process pid_alive silo_worker_path wait_for_output
-  set_clock_offset
+  set_clock_offset bg_session bg_start bg_finished bg_collect
 );
 
 my @processes;    # every process start_process started
@@ -480,6 +480,90 @@ sub set_clock_offset
 	return poll_until(
 		$node, q{SELECT setting FROM pg_settings WHERE name = 'silo.clock_offset_ms'},
 		"$ms", $opt{timeout} // 30, db => $db);
+}
+
+=pod
+
+=item bg_session(NODE, DB)
+
+A background psql session on DB (default postgres) that goes on after an
+error, with its backend's pid in {pid}.
+
+=cut
+
+sub bg_session
+{
+	my ($node, $db) = @_;
+	my $s = $node->background_psql($db // 'postgres', on_error_stop => 0);
+	$s->{pid} = $s->query_safe('SELECT pg_backend_pid()');
+	return $s;
+}
+
+my $bg_marks = 0;
+
+=pod
+
+=item bg_start(S, SQL)
+
+Send SQL to session S without waiting for it; the end of its output is
+marked.  Returns the mark, for bg_finished and bg_collect.
+
+=cut
+
+sub bg_start
+{
+	my ($s, $sql) = @_;
+	my $mark = 'done' . ++$bg_marks;
+	$s->{stdout} = '';
+	$s->{stderr} = '';
+	$s->{stdin} .= "$sql\n\\echo '\@\@$mark' :SQLSTATE\n";
+	$s->{run}->pump_nb;
+	return $mark;
+}
+
+=pod
+
+=item bg_finished(S, MARK)
+
+undef while the call of MARK runs; then [its output, its SQLSTATE, what it
+wrote to stderr].
+
+=cut
+
+sub bg_finished
+{
+	my ($s, $mark) = @_;
+	$s->{run}->pump_nb if $s->{run}->pumpable;
+	return undef unless $s->{stdout} =~ /^(.*?)\@\@$mark (\S+)\n/s;
+	return [ $1, $2, $s->{stderr} ];
+}
+
+=pod
+
+=item bg_collect(TIMEOUT, [S, MARK]...)
+
+Wait until every call has finished or TIMEOUT seconds have passed; returns
+bg_finished's results in order (undef for a call still running).
+
+=cut
+
+sub bg_collect
+{
+	my ($timeout, @calls) = @_;
+	my $deadline = time() + $timeout;
+	my @got = map { undef } @calls;
+	while (1)
+	{
+		my $left = 0;
+		for my $i (0 .. $#calls)
+		{
+			$got[$i] //= bg_finished(@{ $calls[$i] }[ 0, 1 ]);
+			$left++ unless defined $got[$i];
+		}
+		last if $left == 0 || time() > $deadline;
+		usleep(10_000);
+	}
+	return @got;
 }
 
 END

@@ -31,60 +31,10 @@ use Time::HiRes qw(time usleep);
 my $node = silo_node('wait_any', conf => "silo.max_wait_any_jobs = 200\n");
 ok(defined wait_for_broker($node), 'broker runs');
 
-my $marks = 0;
-
-# session(): a background psql session that goes on after an error, and
-# its backend's pid.
-sub session
-{
-	my $s = $node->background_psql('postgres', on_error_stop => 0);
-	$s->{pid} = $s->query_safe('SELECT pg_backend_pid()');
-	return $s;
-}
-
-# start_call(S, SQL): send SQL to session S without waiting for it.
-# Returns the mark that ends its output.
-sub start_call
-{
-	my ($s, $sql) = @_;
-	my $mark = 'done' . ++$marks;
-	$s->{stdout} = '';
-	$s->{stderr} = '';
-	$s->{stdin} .= "$sql\n\\echo '\@\@$mark' :SQLSTATE\n";
-	$s->{run}->pump_nb;
-	return $mark;
-}
-
-# collect(TIMEOUT, [S, MARK]...): wait until every call has finished or
-# TIMEOUT seconds have passed; each result is [output, SQLSTATE, stderr],
-# undef for a call still running.
-sub collect
-{
-	my ($timeout, @calls) = @_;
-	my $deadline = time() + $timeout;
-	my @got = map { undef } @calls;
-	while (1)
-	{
-		my $left = 0;
-		for my $i (0 .. $#calls)
-		{
-			my ($s, $mark) = @{ $calls[$i] };
-			next if defined $got[$i];
-			$s->{run}->pump_nb if $s->{run}->pumpable;
-			if ($s->{stdout} =~ /^(.*?)\@\@$mark (\S+)\n/s)
-			{
-				$got[$i] = [ $1, $2, $s->{stderr} ];
-			}
-			else
-			{
-				$left++;
-			}
-		}
-		last if $left == 0 || time() > $deadline;
-		usleep(10_000);
-	}
-	return @got;
-}
+# background sessions (SiloTest's bg_*): a call started, then collected
+sub session { return bg_session($node) }
+sub start_call { return bg_start(@_) }
+sub collect { return bg_collect(@_) }
 
 # asleep(N, TIMEOUT): whether N sessions sleep in silo.wait_any within
 # TIMEOUT seconds.

@@ -255,6 +255,7 @@ class _TaskLoop:
         self._call = 0
         self._sent: Set[str] = set()
         self._poked = False
+        self._cancelling: Optional[asyncio.Future] = None
 
     def size(self) -> int:
         return len(self._waits)
@@ -281,10 +282,24 @@ class _TaskLoop:
         self._poked = True
         conn = self._conn
         loop = asyncio.get_running_loop()
-        # the cancel request is a blocking libpq call: off the loop (the
-        # connection is closed only by this task's own loop, after the call)
-        loop.run_in_executor(None, conn.cancel)
+        # the cancel request is a blocking libpq call: off the loop; the
+        # connection is not closed before it is done (_close)
+        self._cancelling = loop.run_in_executor(None, self._cancel, conn)
         loop.call_later(REPOKE_S, self._repoke, self._call)
+
+    @staticmethod
+    def _cancel(conn: psycopg.AsyncConnection) -> None:
+        try:
+            conn.cancel()
+        except Exception:
+            pass
+
+    async def _close(self, conn: psycopg.AsyncConnection) -> None:
+        """Close conn once no cancel request of ours is using it."""
+        if self._cancelling is not None:
+            await asyncio.wait({self._cancelling})
+            self._cancelling = None
+        await conn.close()
 
     def _repoke(self, call: int) -> None:
         if self._in_flight and self._call == call:
@@ -332,7 +347,7 @@ class _TaskLoop:
                 except psycopg.Error as err:
                     if is_connection_error(err) or is_stale_plan_error(err) or conn.broken:
                         self._conn = None
-                        await conn.close()
+                        await self._close(conn)
                         pause = backoff
                     else:
                         self._settle(list(self._waits), to_silo_error(err))
@@ -349,7 +364,7 @@ class _TaskLoop:
             self._task = None
             conn, self._conn = self._conn, None
             if conn is not None:
-                await conn.close()
+                await self._close(conn)
 
 
 class TaskMux:
