@@ -79,7 +79,9 @@ class _ThreadLoop:
                     self._thread.start()
                 except BaseException:
                     self._thread = None
-                    del self._waits[id]
+                    self._waits[id].remove(e)
+                    if not self._waits[id]:
+                        del self._waits[id]
                     raise
             elif self._in_flight and id not in self._sent:
                 self._poke_locked()
