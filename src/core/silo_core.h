@@ -18,6 +18,7 @@
 #include "silo_tenancy.h"
 
 #include "funcapi.h"
+#include "portability/instr_time.h"
 
 /* leasemark.c: a position in task_ready order (priority, start_at, seq) */
 typedef struct SiloMarkKey
@@ -225,7 +226,7 @@ extern void silo_wait_require_read_committed(const char *fn);
 extern void silo_wait_look_enter(const char *fn, const char *tenant, Oid owner,
 								 SiloWaitLook *look);
 extern void silo_wait_look_leave(SiloWaitLook *look);
-extern void silo_wait_catch_up(void);
+extern bool silo_wait_nap(instr_time start, int64 timeout_us);
 extern void silo_job_wait_result(const char *tenant, const char *id, int64 timeout_us,
 								 Oid owner, Datum *values, bool *nulls);
 

@@ -121,20 +121,41 @@ wait_look(const char *tenant, const char *id, Oid owner, MemoryContext cxt,
 }
 
 /*
- * silo_wait_catch_up: between sleeps, keep up with the shared
- * invalidation queue, as an idle session does when asked to catch up: a
- * waiter that lags holds the queue full, which makes every backend that
- * queues an invalidation clean it up (a walk over every backend) and
- * resets the laggard, whose caches then all rebuild when it wakes.
+ * silo_wait_nap: one sleep of a waiter, holding no snapshot: false at
+ * once when timeout_us have passed since start; else sleep on the latch
+ * until it is set (a wake-up, or anything else: the caller checks its
+ * flags) or the timeout comes, and return true.  Interrupts (a cancel,
+ * statement_timeout, a termination) are served after the sleep, and so
+ * is PostgreSQL's own check of the client connection
+ * (client_connection_check_interval, which docs/api.md recommends to
+ * callers that may vanish: a dropped caller otherwise keeps its backend
+ * until the timeout).  Then the shared invalidation queue is caught up
+ * with, as an idle session does when asked: a waiter that lags holds the
+ * queue full, which makes every backend that queues an invalidation clean
+ * it up (a walk over every backend) and resets the laggard, whose caches
+ * then all rebuild when it wakes.
  */
-void
-silo_wait_catch_up(void)
+bool
+silo_wait_nap(instr_time start, int64 timeout_us)
 {
+	instr_time	now;
+	int64		elapsed_us;
+
+	INSTR_TIME_SET_CURRENT(now);
+	INSTR_TIME_SUBTRACT(now, start);
+	elapsed_us = (int64) INSTR_TIME_GET_MICROSEC(now);
+	if (elapsed_us >= timeout_us)
+		return false;
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 (long) ((timeout_us - elapsed_us + 999) / 1000), PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
 	if (catchupInterruptPending)
 	{
 		catchupInterruptPending = false;
 		AcceptInvalidationMessages();
 	}
+	return true;
 }
 
 /*
@@ -152,38 +173,16 @@ wait_timed_out(const char *tenant, const char *id, int64 timeout_us)
 }
 
 /*
- * wait_sleep: sleep, holding no snapshot, until a commit wakes this
- * backend's registration -- or raise SL011 once timeout_us have passed
- * since start.  Other reasons to set the latch only cost a check of the
- * flag; interrupts (a cancel, statement_timeout, a termination) are
- * served between sleeps, and so is PostgreSQL's own check of the client
- * connection (client_connection_check_interval, which docs/api.md
- * recommends to callers that may vanish: a dropped caller otherwise keeps
- * its backend until the timeout).
+ * wait_sleep: sleep until a commit wakes this backend's registration --
+ * or raise SL011 once timeout_us have passed since start.  Other reasons
+ * to set the latch only cost a check of the flag.
  */
 static void
 wait_sleep(const char *tenant, const char *id, instr_time start, int64 timeout_us)
 {
-	for (;;)
-	{
-		instr_time	now;
-		int64		elapsed_us;
-		int64		left_ms;
-
-		if (silo_wait_take_wake())
-			return;
-		INSTR_TIME_SET_CURRENT(now);
-		INSTR_TIME_SUBTRACT(now, start);
-		elapsed_us = (int64) INSTR_TIME_GET_MICROSEC(now);
-		if (elapsed_us >= timeout_us)
+	while (!silo_wait_take_wake())
+		if (!silo_wait_nap(start, timeout_us))
 			wait_timed_out(tenant, id, timeout_us);
-		left_ms = (timeout_us - elapsed_us + 999) / 1000;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 (long) left_ms, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-		silo_wait_catch_up();
-	}
 }
 
 /*

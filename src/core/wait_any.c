@@ -34,11 +34,9 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "portability/instr_time.h"
-#include "storage/latch.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
-#include "utils/wait_event.h"
 
 #define WAIT_ANY_FN "silo.wait_any"
 
@@ -88,33 +86,42 @@ any_look(const char *tenant, char **ids, const int *which, int nwhich,
 }
 
 /*
- * any_sleep: sleep, holding no snapshot, until a commit wakes some of
- * this backend's positions (put into which[]; their count is returned),
- * or 0 once timeout_us have passed since start.  Interrupts are served
- * between sleeps, as in silo.wait_result.
+ * any_sleep: sleep until a commit wakes some of this backend's positions
+ * (put into which[]; their count is returned), or 0 once timeout_us have
+ * passed since start.
  */
 static int
 any_sleep(int *which, instr_time start, int64 timeout_us)
 {
-	for (;;)
-	{
-		instr_time	now;
-		int64		elapsed_us;
-		int			n = silo_wait_many_take(which);
+	int			n;
 
-		if (n > 0)
-			return n;
-		INSTR_TIME_SET_CURRENT(now);
-		INSTR_TIME_SUBTRACT(now, start);
-		elapsed_us = (int64) INSTR_TIME_GET_MICROSEC(now);
-		if (elapsed_us >= timeout_us)
+	while ((n = silo_wait_many_take(which)) == 0)
+		if (!silo_wait_nap(start, timeout_us))
 			return 0;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 (long) ((timeout_us - elapsed_us + 999) / 1000), PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-		silo_wait_catch_up();
-	}
+	return n;
+}
+
+/*
+ * any_look_twice: look at positions which[0..nwhich) (any_look); when
+ * none has ended, put them in the waiters' table -- all n of keys the
+ * first time (keys given), the woken ones again after a wake-up (keys
+ * NULL) -- and look again under a snapshot taken after that, so that an
+ * end committed in between is seen or wakes them.  Returns how many
+ * were found ended.
+ */
+static int
+any_look_twice(const char *tenant, char **ids, const int *which, int nwhich,
+			   const uint64 *keys, Oid owner, bool *ended)
+{
+	int			found = any_look(tenant, ids, which, nwhich, owner, ended);
+
+	if (found > 0)
+		return found;
+	if (keys != NULL)
+		silo_wait_many_register(keys, nwhich);
+	else
+		silo_wait_many_relink(which, nwhich);
+	return any_look(tenant, ids, which, nwhich, owner, ended);
 }
 
 /*
@@ -156,14 +163,9 @@ silo_job_wait_any(const char *tenant, char **ids, int n, int64 timeout_us, Oid o
 	if (SPI_connect_ext(SPI_OPT_NONATOMIC) != SPI_OK_CONNECT)
 		elog(ERROR, "silo: SPI_connect_ext failed");
 
-	/* a first look without registering: nothing to undo when one has ended */
+	/* the first look does not register: nothing to undo when one has ended */
 	old = MemoryContextSwitchTo(lookcxt);
-	found = any_look(tenant, ids, all, n, owner, ended);
-	if (found == 0)
-	{
-		silo_wait_many_register(keys, n);
-		found = any_look(tenant, ids, all, n, owner, ended);
-	}
+	found = any_look_twice(tenant, ids, all, n, keys, owner, ended);
 	MemoryContextSwitchTo(old);
 	if (found == 0 && RecoveryInProgress())
 		ereport(ERROR,
@@ -181,13 +183,8 @@ silo_job_wait_any(const char *tenant, char **ids, int n, int64 timeout_us, Oid o
 			break;
 		MemoryContextReset(lookcxt);
 		old = MemoryContextSwitchTo(lookcxt);
-		found = any_look(tenant, ids, which, nwhich, owner, ended);
-		if (found == 0)
-		{
-			/* still Pending: wait for them again, and close the race */
-			silo_wait_many_relink(which, nwhich);
-			found = any_look(tenant, ids, which, nwhich, owner, ended);
-		}
+		/* still Pending (a shared key, a restarted job): wait for them again */
+		found = any_look_twice(tenant, ids, which, nwhich, NULL, owner, ended);
 		MemoryContextSwitchTo(old);
 	}
 

@@ -14,7 +14,7 @@ import type {
   AwaitResultOptions, EnqueueOptions, ImportJobSpec, ImportResult, Job, JobRef, JobResult, JobSpec,
 } from './types';
 import {
-  Queryable, camelRow, cancelBackend, jsonParam, poolQuery, sleep,
+  KeptAnswer, Queryable, camelRow, cancelBackend, jsonParam, poolQuery, sleep,
 } from './util';
 import { AwaitMux } from './waiter';
 
@@ -45,7 +45,7 @@ const WAIT_ANY_MAX_IDS = 4096;
 const WAIT_RESULT_MAX_MS = 86_400_000;
 /** After an abort, how long the cancelled wait may take to come back before it is given up. */
 const ABORT_GRACE_MS = 2000;
-/** How long hasWaitResult() trusts a "no" (silo may be updated meanwhile). */
+/** How long hasWaitResult() and hasWaitAny() trust a "no" (silo may be updated meanwhile). */
 const WAIT_RESULT_RECHECK_MS = 60_000;
 
 function tenantOf(ref: JobRef | undefined): string {
@@ -120,10 +120,8 @@ export class SiloClient {
   private readonly db: Queryable;
   private readonly pool: pg.Pool | undefined;
   private readonly ownsPool: boolean;
-  private waitResultKnown: Promise<boolean> | undefined;
-  private waitResultFalseUntil = 0;
-  private waitAnyKnown: Promise<boolean> | undefined;
-  private waitAnyFalseUntil = 0;
+  private readonly waitResultAnswer = new KeptAnswer(WAIT_RESULT_RECHECK_MS);
+  private readonly waitAnyAnswer = new KeptAnswer(WAIT_RESULT_RECHECK_MS);
   private waitAnyMaxIds = 0;
   private mux: AwaitMux | undefined;
 
@@ -304,24 +302,8 @@ export class SiloClient {
    * updated meanwhile).
    */
   async hasWaitResult(): Promise<boolean> {
-    if (this.waitResultKnown && this.waitResultFalseUntil > 0 && Date.now() >= this.waitResultFalseUntil) {
-      this.waitResultKnown = undefined;
-      this.waitResultFalseUntil = 0;
-    }
-    if (!this.waitResultKnown) {
-      this.waitResultKnown = this.query<{ ok: boolean }>(
-        'SELECT to_regprocedure($1) IS NOT NULL AS ok', [WAIT_RESULT_SIGNATURE])
-        .then((rows) => {
-          const ok = rows[0].ok === true;
-          if (!ok) this.waitResultFalseUntil = Date.now() + WAIT_RESULT_RECHECK_MS;
-          return ok;
-        })
-        .catch((err) => {
-          this.waitResultKnown = undefined;
-          throw err;
-        });
-    }
-    return this.waitResultKnown;
+    return this.waitResultAnswer.get(async () => (await this.query<{ ok: boolean }>(
+      'SELECT to_regprocedure($1) IS NOT NULL AS ok', [WAIT_RESULT_SIGNATURE]))[0].ok === true);
   }
 
   /**
@@ -329,26 +311,13 @@ export class SiloClient {
    * this client's role may call it; kept as hasWaitResult's answer is.
    */
   async hasWaitAny(): Promise<boolean> {
-    if (this.waitAnyKnown && this.waitAnyFalseUntil > 0 && Date.now() >= this.waitAnyFalseUntil) {
-      this.waitAnyKnown = undefined;
-      this.waitAnyFalseUntil = 0;
-    }
-    if (!this.waitAnyKnown) {
-      this.waitAnyKnown = this.query<{ ok: boolean, max_ids: number | null }>(
+    return this.waitAnyAnswer.get(async () => {
+      const rows = await this.query<{ ok: boolean, max_ids: number | null }>(
         'SELECT coalesce(has_function_privilege(to_regprocedure($1), \'EXECUTE\'), false) AS ok,'
-        + " current_setting('silo.max_wait_any_jobs', true)::int AS max_ids", [WAIT_ANY_SIGNATURE])
-        .then((rows) => {
-          this.waitAnyMaxIds = Math.min(rows[0].max_ids ?? 0, WAIT_ANY_MAX_IDS);
-          const ok = rows[0].ok === true && this.waitAnyMaxIds > 0;
-          if (!ok) this.waitAnyFalseUntil = Date.now() + WAIT_RESULT_RECHECK_MS;
-          return ok;
-        })
-        .catch((err) => {
-          this.waitAnyKnown = undefined;
-          throw err;
-        });
-    }
-    return this.waitAnyKnown;
+        + " current_setting('silo.max_wait_any_jobs', true)::int AS max_ids", [WAIT_ANY_SIGNATURE]);
+      this.waitAnyMaxIds = Math.min(rows[0].max_ids ?? 0, WAIT_ANY_MAX_IDS);
+      return rows[0].ok === true && this.waitAnyMaxIds > 0;
+    });
   }
 
   /**

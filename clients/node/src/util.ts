@@ -96,6 +96,36 @@ export async function poolQuery<R extends QueryResultRow = any>(
  * Ask the server to cancel what backend pid runs (pg_cancel_backend), from
  * a connection of its own made with config; errors are ignored.
  */
+/**
+ * A yes or no asked of the server: a yes is kept; a no is asked again once
+ * recheckMs have passed (the server may have been updated meanwhile); a
+ * failed question is asked again next time.
+ */
+export class KeptAnswer {
+  private known: Promise<boolean> | undefined;
+  /** when a kept no expires (0: no no is kept) */
+  falseUntil = 0;
+
+  constructor(private readonly recheckMs: number) {}
+
+  get(ask: () => Promise<boolean>): Promise<boolean> {
+    if (this.known && this.falseUntil > 0 && Date.now() >= this.falseUntil) {
+      this.known = undefined;
+      this.falseUntil = 0;
+    }
+    if (!this.known) {
+      this.known = ask().then((ok) => {
+        if (!ok) this.falseUntil = Date.now() + this.recheckMs;
+        return ok;
+      }, (err: unknown) => {
+        this.known = undefined;
+        throw err;
+      });
+    }
+    return this.known;
+  }
+}
+
 export function cancelBackend(config: ClientConfig, pid: number): void {
   const c = new Client(config);
   c.on('error', () => undefined);

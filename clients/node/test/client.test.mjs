@@ -398,7 +398,7 @@ describe('awaitResult', () => {
       assert.equal(await c.hasWaitResult(), false);
       assert.equal(await c.hasWaitResult(), false);
       assert.equal(asked, 1, 'a no is kept for a while');
-      c.waitResultFalseUntil = Date.now() - 1; // as if the while had passed
+      c.waitResultAnswer.falseUntil = Date.now() - 1; // as if the while had passed
       assert.equal(await c.hasWaitResult(), true);
       assert.equal(asked, 2);
       assert.equal(await c.hasWaitResult(), true);

@@ -92,6 +92,11 @@ def has_wait_any() -> Stmt:
             " current_setting('silo.max_wait_any_jobs', true)::int AS max_ids", [WAIT_ANY_SIGNATURE], None)
 
 
+def wait_any_ids(row: Mapping[str, Any]) -> int:
+    """From has_wait_any's row: how many ids a gathered call may name; 0 when silo.wait_any is not usable."""
+    return min(row["max_ids"] or 0, WAIT_ANY_MAX_IDS) if row["ok"] else 0
+
+
 def has_wait_result() -> Stmt:
     return "SELECT to_regprocedure(%s) IS NOT NULL AS ok", [WAIT_RESULT_SIGNATURE], None
 

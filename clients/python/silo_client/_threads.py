@@ -14,9 +14,10 @@ wall time: handlers that do I/O, like an HTTP call of 10 ms) or every thread
 has been inside one handler for GROW_AFTER_S (the first handler to block,
 before there is an average).  Waiting for the interpreter's lock takes at
 most a switch interval (5 ms by default) and seldom falls inside a handler
-that takes microseconds, so a no-op load never looks blocked.  Idle threads are woken last-in first-out, so the
-thread that just finished takes the next task while the others sleep, and a
-thread idle for IDLE_EXIT_S ends (the last one stays).  Threads are daemons:
+that takes microseconds, so a no-op load never looks blocked.  Idle threads
+are woken last-in first-out, so the thread that just finished takes the next
+task while the others sleep, and a thread idle for IDLE_EXIT_S ends (the
+last one stays).  Threads are daemons:
 a handler that never returns does not keep the process from exiting.
 """
 

@@ -16,7 +16,7 @@ from psycopg.rows import dict_row
 
 from . import _sql
 from ._pool import AsyncPool
-from .client import WAIT_RESULT_RECHECK_S
+from .client import KeptAnswer
 from .errors import NotTerminalError, WaitTimeoutError, to_silo_error
 from ._waiter import TaskMux
 from .types import UNSET, ImportResult, Job, JobResult, JobSpec, Limit, RetryPolicy
@@ -35,10 +35,8 @@ class AsyncSiloClient:
                  max_connections: int = 4, application_name: str = "silo-python-client", **kwargs: Any):
         self._conn = conn
         self._pool = None if conn is not None else AsyncPool(conninfo, max_connections, application_name, **kwargs)
-        self._wait_result_known: Optional[bool] = None
-        self._wait_result_recheck = 0.0
-        self._wait_any_known: Optional[bool] = None
-        self._wait_any_recheck = 0.0
+        self._has_wait_result = KeptAnswer()
+        self._has_wait_any = KeptAnswer()
         self._wait_any_max_ids = 0
         self._mux: Optional[TaskMux] = None
 
@@ -129,22 +127,15 @@ class AsyncSiloClient:
         return JobResult.from_row((await self._query(_sql.job_result(id, tenant)))[0])
 
     async def has_wait_result(self) -> bool:
-        now = time.monotonic()
-        if self._wait_result_known is None or (not self._wait_result_known and now >= self._wait_result_recheck):
-            ok = bool((await self._query(_sql.has_wait_result()))[0]["ok"])
-            self._wait_result_known = ok
-            self._wait_result_recheck = now + WAIT_RESULT_RECHECK_S
-        return self._wait_result_known
+        if self._has_wait_result.stale():
+            self._has_wait_result.set(bool((await self._query(_sql.has_wait_result()))[0]["ok"]))
+        return bool(self._has_wait_result.value)
 
     async def has_wait_any(self) -> bool:
-        now = time.monotonic()
-        if self._wait_any_known is None or (not self._wait_any_known and now >= self._wait_any_recheck):
-            row = (await self._query(_sql.has_wait_any()))[0]
-            self._wait_any_max_ids = min(row["max_ids"] or 0, _sql.WAIT_ANY_MAX_IDS)
-            ok = bool(row["ok"]) and self._wait_any_max_ids > 0
-            self._wait_any_known = ok
-            self._wait_any_recheck = now + WAIT_RESULT_RECHECK_S
-        return self._wait_any_known
+        if self._has_wait_any.stale():
+            self._wait_any_max_ids = _sql.wait_any_ids((await self._query(_sql.has_wait_any()))[0])
+            self._has_wait_any.set(self._wait_any_max_ids > 0)
+        return bool(self._has_wait_any.value)
 
     async def await_result(self, id: str, *, tenant: str = "-", timeout: float = 30.0,
                            max_poll_interval: float = 1.0) -> JobResult:

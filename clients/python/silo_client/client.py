@@ -21,8 +21,24 @@ from .errors import NotTerminalError, WaitTimeoutError, to_silo_error
 from ._waiter import ThreadMux
 from .types import UNSET, ImportResult, Job, JobResult, JobSpec, Limit, RetryPolicy
 
-#: How long has_wait_result() trusts a "no" (silo may be updated meanwhile).
+#: How long has_wait_result() and has_wait_any() trust a "no" (silo may be updated meanwhile).
 WAIT_RESULT_RECHECK_S = 60.0
+
+
+class KeptAnswer:
+    """A yes or no asked of the server: a yes is kept, a no is asked again after WAIT_RESULT_RECHECK_S."""
+
+    def __init__(self) -> None:
+        self.value: Optional[bool] = None
+        self.recheck = 0.0
+
+    def stale(self) -> bool:
+        return self.value is None or (not self.value and time.monotonic() >= self.recheck)
+
+    def set(self, ok: bool) -> bool:
+        self.value = ok
+        self.recheck = time.monotonic() + WAIT_RESULT_RECHECK_S
+        return ok
 
 
 class SiloClient:
@@ -40,10 +56,8 @@ class SiloClient:
                  max_connections: int = 4, application_name: str = "silo-python-client", **kwargs: Any):
         self._conn = conn
         self._pool = None if conn is not None else Pool(conninfo, max_connections, application_name, **kwargs)
-        self._wait_result_known: Optional[bool] = None
-        self._wait_result_recheck = 0.0
-        self._wait_any_known: Optional[bool] = None
-        self._wait_any_recheck = 0.0
+        self._has_wait_result = KeptAnswer()
+        self._has_wait_any = KeptAnswer()
         self._wait_any_max_ids = 0
         self._mux: Optional[ThreadMux] = None
         self._mux_lock = threading.Lock()
@@ -153,23 +167,16 @@ class SiloClient:
 
     def has_wait_result(self) -> bool:
         """Whether the installed silo has CALL silo.wait_result (1.7); a no is asked again after a minute."""
-        now = time.monotonic()
-        if self._wait_result_known is None or (not self._wait_result_known and now >= self._wait_result_recheck):
-            ok = bool(self._query(_sql.has_wait_result())[0]["ok"])
-            self._wait_result_known = ok
-            self._wait_result_recheck = now + WAIT_RESULT_RECHECK_S
-        return self._wait_result_known
+        if self._has_wait_result.stale():
+            self._has_wait_result.set(bool(self._query(_sql.has_wait_result())[0]["ok"]))
+        return bool(self._has_wait_result.value)
 
     def has_wait_any(self) -> bool:
-        """Whether the installed silo has CALL silo.wait_any (1.9); a no is asked again after a minute."""
-        now = time.monotonic()
-        if self._wait_any_known is None or (not self._wait_any_known and now >= self._wait_any_recheck):
-            row = self._query(_sql.has_wait_any())[0]
-            self._wait_any_max_ids = min(row["max_ids"] or 0, _sql.WAIT_ANY_MAX_IDS)
-            ok = bool(row["ok"]) and self._wait_any_max_ids > 0
-            self._wait_any_known = ok
-            self._wait_any_recheck = now + WAIT_RESULT_RECHECK_S
-        return self._wait_any_known
+        """Whether silo.wait_any (1.9) is there and this role may call it; a no is asked again after a minute."""
+        if self._has_wait_any.stale():
+            self._wait_any_max_ids = _sql.wait_any_ids(self._query(_sql.has_wait_any())[0])
+            self._has_wait_any.set(self._wait_any_max_ids > 0)
+        return bool(self._has_wait_any.value)
 
     def await_result(self, id: str, *, tenant: str = "-", timeout: float = 30.0,
                      max_poll_interval: float = 1.0) -> JobResult:

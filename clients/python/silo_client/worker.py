@@ -1261,8 +1261,8 @@ class SiloWorker:
     """The synchronous worker: AsyncSiloWorker's engine on an event loop in a thread of its own.
 
     Handlers are plain functions run in handler threads (up to
-    ``concurrency``, started as handlers block: _threads.HandlerThreads); ``ctx.signal`` is a threading.Event (``ctx.sleep(s)`` waits on
-    it).  Coroutine handlers work too (they run on the worker's loop).
+    ``concurrency``, started as handlers block: _threads.HandlerThreads);
+    ``ctx.signal`` is a threading.Event (``ctx.sleep(s)`` waits on it).  Coroutine handlers work too (they run on the worker's loop).
     Options are AsyncSiloWorker's.  ``with SiloWorker(...) as w:`` starts
     and stops it; ``worker.run()`` blocks until Ctrl-C or SIGTERM, then
     stops gracefully.

@@ -300,8 +300,7 @@ class ClientTest(unittest.TestCase):
         # silo.wait_result (silo 1.7-1.8): each await holds a connection of the pool
         group = unique("full")
         with SiloClient(URL, max_connections=1) as c:
-            c._wait_any_known = False
-            c._wait_any_recheck = time.monotonic() + 3600
+            c._has_wait_any.set(False)
             a, b = c.enqueue(group), c.enqueue(group)
             th = threading.Thread(target=lambda: self.assertRaises(WaitTimeoutError, c.await_result, a,
                                                                    timeout=2))
@@ -317,10 +316,8 @@ class ClientTest(unittest.TestCase):
     def test_polls_without_wait_result(self):
         group = unique("poll")
         with SiloClient(URL) as c:
-            c._wait_result_known = False
-            c._wait_result_recheck = time.monotonic() + 3600
-            c._wait_any_known = False
-            c._wait_any_recheck = time.monotonic() + 3600
+            c._has_wait_result.set(False)
+            c._has_wait_any.set(False)
             jid = c.enqueue(group)
             threading.Timer(0.3, lambda: sql("SELECT silo.complete(%s::uuid, 'w-test')",
                                              (lease_one(group),))).start()
